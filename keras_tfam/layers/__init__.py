@@ -1,0 +1,36 @@
+"""Keras layers: attention, positions, normalization and Transformer blocks."""
+
+from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.blocks.feed_forward import FeedForward
+from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
+from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
+from keras_tfam.layers.normalization.get_norm import get_norm
+from keras_tfam.layers.normalization.rms_norm import RMSNorm
+from keras_tfam.layers.normalization.scale_norm import ScaleNorm
+from keras_tfam.layers.position.alibi_bias import ALiBiBias, alibi_slopes
+from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
+from keras_tfam.layers.position.position_embedding import PositionEmbedding
+from keras_tfam.layers.position.relative_position_bias import (
+    RelativePositionBias,
+    relative_position_buckets,
+)
+from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
+from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
+
+__all__ = [
+    "ALiBiBias",
+    "AttentionPositionScheme",
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionEmbedding",
+    "RMSNorm",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "ScaleNorm",
+    "SinusoidalPositionEncoding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
+    "alibi_slopes",
+    "get_norm",
+    "relative_position_buckets",
+]

@@ -1,0 +1,313 @@
+"""Multi-head attention with grouped key/value heads, position schemes and a KV cache."""
+
+import keras
+from keras import ops
+
+from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
+from keras_tfam.ops import masks as mask_ops
+from keras_tfam.ops.attention import (
+    apply_attention_weights,
+    attention_weights,
+    scaled_dot_product_attention,
+)
+
+
+def _check_positive_int(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention (Vaswani et al. 2017) for self- and cross-attention.
+
+    Queries, keys and values are projected to `num_heads` query heads and
+    `num_key_value_heads` key/value heads; with fewer key/value heads the
+    query heads share them in groups (grouped-query attention, Ainslie et
+    al. 2023; multi-query attention, Shazeer 2019, when there is one). A
+    position scheme plugs in: rotary rotates queries and keys at their
+    absolute positions, ALiBi and relative buckets add a bias to the scores.
+
+    For decoding, a static-size KV cache `(B, 2, max_length, K, H)` holds the
+    keys (index 0) and values (index 1) of every position; the keys and
+    values of the new tokens are written at `cache_update_index`, and the
+    queries attend to the whole cache (use the causal mask, or an attention
+    mask, to hide slots not yet written). A cache passed without an update
+    index is used as it is: the precomputed keys and values of a
+    cross-attention source.
+
+    Subclasses that change how attention is computed (linear attention, ...)
+    override `_compute_attention`.
+
+    Args:
+        num_heads: number of query heads `N`.
+        key_dim: size `H` of each query and key head.
+        value_dim: size of each value head; defaults to `key_dim`.
+        num_key_value_heads: number of key/value heads `K`, a divisor of
+            `num_heads`; defaults to `num_heads`.
+        output_dim: size of the output; defaults to the query's last axis.
+        use_bias: whether the projections have biases.
+        dropout: dropout rate on the attention weights.
+        position: an `AttentionPositionScheme` (`RotaryEmbedding`,
+            `ALiBiBias`, `RelativePositionBias`) or `None`.
+        scale: score multiplier; defaults to `1 / sqrt(key_dim)`.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        output_kernel_initializer: initializer of the output projection's
+            kernel; defaults to `kernel_initializer` (GPT-2 scales it down
+            with depth).
+
+    Call arguments:
+        query: `(B, T, D)`.
+        value: `(B, S, Dv)`; defaults to `query` (self-attention).
+        key: `(B, S, Dk)`; defaults to `value`.
+        query_mask, value_mask, key_mask: boolean padding masks `(B, T)`,
+            `(B, S)`, `(B, S)`, `True` = real token; filled in from Keras
+            masks (`Embedding(mask_zero=True)`) when not given.
+        attention_mask: boolean `(B, T, S)`, `True` = may attend.
+        use_causal_mask: hide keys at later positions than the query.
+        cache: `(B, 2, max_length, K, H)` KV cache, or `None`.
+        cache_update_index: where the new keys/values go in `cache` (an int
+            or scalar int tensor); also the absolute position of the first
+            query.
+        return_attention_scores: also return the `(B, N, T, S)` weights.
+        training: whether dropout is active.
+
+    Returns:
+        `(B, T, output_dim)`; `(outputs, cache)` when a cache is passed;
+        `(outputs, weights)` with `return_attention_scores` and no cache.
+
+    Example:
+
+    >>> attention = MultiHeadAttention(num_heads=8, key_dim=64, num_key_value_heads=2,
+    ...                                position=RotaryEmbedding())
+    >>> x = keras.random.normal((2, 16, 512))
+    >>> attention(x, use_causal_mask=True).shape
+    (2, 16, 512)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        num_key_value_heads=None,
+        output_dim=None,
+        use_bias=True,
+        dropout=0.0,
+        position=None,
+        scale=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        output_kernel_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _check_positive_int("num_heads", num_heads)
+        _check_positive_int("key_dim", key_dim)
+        value_dim = key_dim if value_dim is None else value_dim
+        _check_positive_int("value_dim", value_dim)
+        num_key_value_heads = num_heads if num_key_value_heads is None else num_key_value_heads
+        _check_positive_int("num_key_value_heads", num_key_value_heads)
+        if num_heads % num_key_value_heads:
+            raise ValueError(
+                "`num_heads` must be a multiple of `num_key_value_heads`. Received: "
+                f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
+            )
+        if output_dim is not None:
+            _check_positive_int("output_dim", output_dim)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        if position is not None and not isinstance(position, AttentionPositionScheme):
+            raise ValueError(
+                "`position` must be an AttentionPositionScheme (RotaryEmbedding, "
+                f"ALiBiBias, RelativePositionBias) or None. Received: position={position!r}"
+            )
+        position_heads = getattr(position, "num_heads", num_heads)
+        if position_heads != num_heads:
+            raise ValueError(
+                f"`position` was built for {position_heads} heads but the attention has "
+                f"num_heads={num_heads}"
+            )
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.num_key_value_heads = num_key_value_heads
+        self.output_dim = output_dim
+        self.use_bias = use_bias
+        self.dropout = dropout
+        self.position = position
+        self.scale = scale
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.output_kernel_initializer = keras.initializers.get(
+            output_kernel_initializer or kernel_initializer
+        )
+        self.supports_masking = True
+
+    def _dense(self, units, name, kernel_initializer=None):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=kernel_initializer or self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        if len(query_shape) != 3:
+            raise ValueError(
+                f"`query` must have rank 3 (batch, seq, dim). Received: query.shape={tuple(query_shape)}"
+            )
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        kv_heads = self.num_key_value_heads
+        self.query_dense = self._dense(self.num_heads * self.key_dim, "query")
+        self.query_dense.build(query_shape)
+        self.key_dense = self._dense(kv_heads * self.key_dim, "key")
+        self.key_dense.build(key_shape)
+        self.value_dense = self._dense(kv_heads * self.value_dim, "value")
+        self.value_dense.build(value_shape)
+        self.output_dense = self._dense(
+            self.output_dim or query_shape[-1], "attention_output", self.output_kernel_initializer
+        )
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self.value_dim,))
+        if self.dropout:
+            self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        if self.position is not None and not self.position.built:
+            self.position.build(None)
+        self.built = True
+
+    def _split_heads(self, x, num_heads):
+        """`(B, T, num_heads * H)` -> `(B, T, num_heads, H)`."""
+        shape = ops.shape(x)
+        return ops.reshape(x, (shape[0], shape[1], num_heads, x.shape[-1] // num_heads))
+
+    def _check_cache(self, cache):
+        expected = (2, None, self.num_key_value_heads, self.key_dim)
+        shape = tuple(cache.shape)
+        if len(shape) != 5 or shape[1] != 2 or shape[3:] != expected[2:]:
+            raise ValueError(
+                "`cache` must have shape (batch, 2, max_length, num_key_value_heads="
+                f"{self.num_key_value_heads}, key_dim={self.key_dim}). Received: cache.shape={shape}"
+            )
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A KV cache needs value_dim == key_dim. Received: "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        value = query if value is None else value
+        key = value if key is None else key
+        query_heads = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
+        query_offset = 0 if cache_update_index is None else cache_update_index
+        if cache is not None:
+            self._check_cache(cache)
+        if cache is not None and cache_update_index is None:
+            key_heads, value_heads = cache[:, 0], cache[:, 1]  # precomputed source
+        else:
+            key_heads = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
+            value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
+            if self.position is not None:
+                query_heads, key_heads = self.position.rotate_query_key(
+                    query_heads, key_heads, query_offset, query_offset
+                )
+            if cache is not None:
+                start = (0, cache_update_index, 0, 0)
+                key_heads = ops.slice_update(cache[:, 0], start, ops.cast(key_heads, cache.dtype))
+                value_heads = ops.slice_update(cache[:, 1], start, ops.cast(value_heads, cache.dtype))
+                cache = ops.stack([key_heads, value_heads], axis=1)
+
+        query_length = ops.shape(query_heads)[1]
+        key_length = ops.shape(key_heads)[1]
+        bias = None
+        if self.position is not None:
+            bias = self.position.attention_bias(query_length, key_length, query_offset)
+        key_padding_mask = mask_ops.merge_masks(value_mask, key_mask)
+        mask = mask_ops.merge_masks(
+            mask_ops.padding_to_attention_mask(query_mask, key_padding_mask),
+            attention_mask,
+            mask_ops.causal_mask(query_length, key_length, query_offset) if use_causal_mask else None,
+        )
+        outputs, weights = self._compute_attention(
+            query_heads, key_heads, value_heads, mask, bias, training, return_attention_scores
+        )
+        shape = ops.shape(outputs)
+        outputs = ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim))
+        outputs = self.output_dense(outputs)
+        if cache is not None:
+            return outputs, cache
+        if return_attention_scores:
+            return outputs, weights
+        return outputs
+
+    def compute_key_value_cache(self, key, value=None):
+        """Projects a source once for cross-attention decoding.
+
+        Args:
+            key: `(B, S, Dk)`.
+            value: `(B, S, Dv)`; defaults to `key`.
+
+        Returns:
+            `(B, 2, S, K, H)`, to pass as `cache` with no `cache_update_index`.
+        """
+        value = key if value is None else value
+        key_heads = self._split_heads(self.key_dense(key), self.num_key_value_heads)
+        value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
+        return ops.stack([key_heads, value_heads], axis=1)
+
+    def _compute_attention(
+        self, query, key, value, attention_mask, bias, training, return_attention_scores
+    ):
+        """Attention of `(B, T, N, H)` queries over `(B, S, K, H)` keys/values.
+
+        Returns `(outputs (B, T, N, Hv), weights or None)`.
+        """
+        if not (self.dropout and training) and not return_attention_scores:
+            outputs = scaled_dot_product_attention(
+                query, key, value, attention_mask, bias, self.scale
+            )
+            return outputs, None
+        weights = attention_weights(query, key, attention_mask, bias, self.scale)
+        dropped = self.dropout_layer(weights, training=training) if self.dropout else weights
+        return apply_attention_weights(dropped, value), weights
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            num_key_value_heads=self.num_key_value_heads,
+            output_dim=self.output_dim,
+            use_bias=self.use_bias,
+            dropout=self.dropout,
+            position=keras.saving.serialize_keras_object(self.position),
+            scale=self.scale,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            output_kernel_initializer=keras.initializers.serialize(self.output_kernel_initializer),
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["position"] = keras.saving.deserialize_keras_object(config.get("position"))
+        return cls(**config)

@@ -1,0 +1,23 @@
+"""Functions: the attention core and the attention masks."""
+
+from keras_tfam.ops.attention import (
+    apply_attention_weights,
+    attention_weights,
+    scaled_dot_product_attention,
+)
+from keras_tfam.ops.masks import (
+    causal_mask,
+    merge_masks,
+    padding_to_attention_mask,
+    sliding_window_mask,
+)
+
+__all__ = [
+    "apply_attention_weights",
+    "attention_weights",
+    "scaled_dot_product_attention",
+    "causal_mask",
+    "merge_masks",
+    "padding_to_attention_mask",
+    "sliding_window_mask",
+]
