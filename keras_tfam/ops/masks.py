@@ -14,6 +14,11 @@ that a full causal pass uses also hides the cache slots not yet written.
 from keras import ops
 
 
+def keras_mask(x):
+    """The Keras mask attached to `x` (e.g. by `Embedding(mask_zero=True)`), or `None`."""
+    return getattr(x, "_keras_mask", None)
+
+
 def _positions(length, offset):
     return ops.add(ops.arange(length, dtype="int32"), ops.cast(offset, "int32"))
 

@@ -213,8 +213,15 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
-        value = query if value is None else value
+        # Keras fills in `*_mask` arguments only for layers called with several
+        # tensors, so read the Keras masks here as its own attention layer does.
+        query_mask = mask_ops.keras_mask(query) if query_mask is None else query_mask
+        if value is None:  # self-attention: keys share the queries' padding
+            value = query
+            value_mask = query_mask if value_mask is None else value_mask
+        value_mask = mask_ops.keras_mask(value) if value_mask is None else value_mask
         key = value if key is None else key
+        key_mask = mask_ops.keras_mask(key) if key_mask is None and key is not value else key_mask
         query_heads = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
         query_offset = 0 if cache_update_index is None else cache_update_index
         if cache is not None:

@@ -96,7 +96,6 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
         use_causal_mask=True,
-        mask=None,
         training=None,
     ):
         has_source = encoder_sequence is not None or cross_attention_cache is not None
@@ -111,9 +110,10 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 "This block has a cross-attention sublayer and needs `encoder_sequence` "
                 "(or `cross_attention_cache`). Received: encoder_sequence=None"
             )
-        decoder_padding_mask = mask_ops.merge_masks(
-            decoder_padding_mask, mask if self_attention_cache is None else None
-        )
+        if decoder_padding_mask is None and self_attention_cache is None:
+            decoder_padding_mask = mask_ops.keras_mask(decoder_sequence)
+        if encoder_padding_mask is None and encoder_sequence is not None:
+            encoder_padding_mask = mask_ops.keras_mask(encoder_sequence)
 
         def self_attend(x):
             if self_attention_cache is None:

@@ -66,8 +66,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
         self._build_feed_forward(inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, attention_mask=None, use_causal_mask=False, mask=None, training=None):
-        padding_mask = mask_ops.merge_masks(padding_mask, mask)
+    def call(self, inputs, padding_mask=None, attention_mask=None, use_causal_mask=False, training=None):
+        if padding_mask is None:
+            padding_mask = mask_ops.keras_mask(inputs)
 
         def attend(x):
             outputs = self.attention_layer(

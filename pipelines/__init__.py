@@ -1,0 +1,1 @@
+"""TensorFlow-specific pipelines: data, training, export and the `tfam` CLI."""

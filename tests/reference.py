@@ -1,0 +1,130 @@
+"""Independent NumPy references, written from the papers' formulas.
+
+Nothing here imports keras_tfam: these are the few lines of NumPy each test
+compares the layers against.
+"""
+
+import math
+
+import numpy as np
+
+
+def softmax(x, axis=-1):
+    x = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def attention(q, k, v, mask=None, bias=None):
+    """Vaswani et al. eq. 1, per head. q `(B, T, N, H)`, k/v `(B, S, K, H)`.
+
+    Key/value heads are repeated for grouped queries. `mask` `(B, T, S)`
+    boolean; a fully masked row yields zeros.
+    """
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    groups = q.shape[2] // k.shape[2]
+    k = np.repeat(k, groups, axis=2)
+    v = np.repeat(v, groups, axis=2)
+    scores = np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        mask = np.broadcast_to(np.asarray(mask, bool)[:, None], scores.shape)
+        scores = np.where(mask, scores, -np.inf)
+        row_has_key = mask.any(-1, keepdims=True)
+        scores = np.where(row_has_key, scores, 0.0)
+        weights = np.where(row_has_key, softmax(scores), 0.0)
+    else:
+        weights = softmax(scores)
+    return np.einsum("bnts,bsnh->btnh", weights, v), weights
+
+
+def dense(x, kernel, bias=None):
+    y = x @ kernel
+    return y if bias is None else y + bias
+
+
+def multi_head_attention(query, value, weights, num_heads, num_kv_heads, mask=None, bias=None):
+    """Full MHA from a `MultiHeadAttention`'s weights in build order."""
+    wq, bq, wk, bk, wv, bv, wo, bo = weights
+    b, t, _ = query.shape
+    s = value.shape[1]
+    q = dense(query, wq, bq).reshape(b, t, num_heads, -1)
+    k = dense(value, wk, bk).reshape(b, s, num_kv_heads, -1)
+    v = dense(value, wv, bv).reshape(b, s, num_kv_heads, -1)
+    out, _ = attention(q, k, v, mask, bias)
+    return dense(out.reshape(b, t, -1), wo, bo)
+
+
+def layer_norm(x, gamma, beta, eps):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def rms_norm(x, gain, eps):
+    """Zhang & Sennrich 2019: a / RMS(a) * g."""
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * gain
+
+
+def scale_norm(x, g, eps):
+    """Nguyen & Salazar 2019: g * x / max(||x||, eps)."""
+    return g * x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+def gelu(x):
+    erf = np.vectorize(math.erf)
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def sinusoidal_table(length, dim, base=10000.0):
+    """Vaswani et al. section 3.5, written position by position."""
+    table = np.zeros((length, dim))
+    for pos in range(length):
+        for i in range(dim):
+            angle = pos / base ** (2 * (i // 2) / dim)
+            table[pos, i] = math.sin(angle) if i % 2 == 0 else math.cos(angle)
+    return table
+
+
+def rotary(x, positions, base=10000.0):
+    """RoFormer eq. 34: each pair (x[2i], x[2i+1]) rotated by pos * base^(-2i/d)."""
+    x = np.asarray(x, np.float64)
+    out = np.empty_like(x)
+    d = x.shape[-1]
+    for t, pos in enumerate(positions):
+        for i in range(d // 2):
+            theta = pos * base ** (-2 * i / d)
+            c, s = math.cos(theta), math.sin(theta)
+            a, b = x[:, t, :, 2 * i], x[:, t, :, 2 * i + 1]
+            out[:, t, :, 2 * i] = c * a - s * b
+            out[:, t, :, 2 * i + 1] = s * a + c * b
+    return out
+
+
+def t5_bucket(distance, bidirectional, num_buckets, max_distance):
+    """T5's relative_position_bucket for one `query_pos - key_pos` distance."""
+    bucket = 0
+    n = distance
+    if bidirectional:
+        num_buckets //= 2
+        if n < 0:
+            bucket += num_buckets
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    max_exact = num_buckets // 2
+    if n < max_exact:
+        return bucket + n
+    large = max_exact + int(
+        math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    )
+    return bucket + min(large, num_buckets - 1)
