@@ -8,7 +8,7 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_tfam import layers, ops  # noqa: E402
+from keras_tfam import generation, layers, models, ops  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["layers", "ops", "__version__"]
+__all__ = ["generation", "layers", "models", "ops", "__version__"]

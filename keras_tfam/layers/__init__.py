@@ -4,6 +4,7 @@ from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
+from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.normalization.rms_norm import RMSNorm
 from keras_tfam.layers.normalization.scale_norm import ScaleNorm
@@ -28,6 +29,7 @@ __all__ = [
     "RotaryEmbedding",
     "ScaleNorm",
     "SinusoidalPositionEncoding",
+    "TiedEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "alibi_slopes",

@@ -1,0 +1,144 @@
+"""Import of Hugging Face GPT-2 checkpoints (`config.json` + `model.safetensors`).
+
+Reads the tensors with the `safetensors` NumPy API (no PyTorch). Accepts both
+layouts found in the wild: the one `save_pretrained` writes (`transformer.`
+prefix) and the one of the original GPT-2 checkpoints on the hub (no prefix,
+plus the non-parameter buffers `h.N.attn.bias` and `h.N.attn.masked_bias`).
+GPT-2's `Conv1D` stores weights `[in, out]`, like a Keras `Dense` kernel.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+
+_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+_BUFFER = re.compile(r"^h\.\d+\.attn\.(masked_)?bias$")
+
+
+def _read_config(directory):
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"No config.json in {directory!r}: expected a Hugging Face GPT-2 directory "
+            "holding config.json and model.safetensors."
+        )
+    with open(path) as f:
+        config = json.load(f)
+    if config.get("model_type", "gpt2") != "gpt2":
+        raise ValueError(f"Not a GPT-2 checkpoint: model_type={config.get('model_type')!r} in {path}")
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(
+            f"Unsupported activation_function={activation!r} in {path}; supported: {tuple(_ACTIVATIONS)}"
+        )
+    if config.get("scale_attn_by_inverse_layer_idx"):
+        raise ValueError(f"scale_attn_by_inverse_layer_idx=true in {path} is not supported")
+    if config.get("add_cross_attention"):
+        raise ValueError(f"add_cross_attention=true in {path} is not supported")
+    return config
+
+
+def _read_tensors(directory):
+    from safetensors.numpy import load_file
+
+    path = os.path.join(directory, "model.safetensors")
+    if not os.path.isfile(path):
+        found = sorted(os.listdir(directory))
+        raise FileNotFoundError(
+            f"No model.safetensors in {directory!r} (found: {found}). Convert PyTorch .bin "
+            "checkpoints to safetensors first."
+        )
+    tensors = {}
+    for name, value in load_file(path).items():
+        name = name[len("transformer.") :] if name.startswith("transformer.") else name
+        if not _BUFFER.match(name):
+            tensors[name] = value
+    return tensors
+
+
+def huggingface_gpt2_arguments(config):
+    """GPT2LM constructor arguments of a Hugging Face GPT-2 config."""
+    return {
+        "vocabulary_size": config["vocab_size"],
+        "num_layers": config["n_layer"],
+        "num_heads": config["n_head"],
+        "hidden_dim": config["n_embd"],
+        "intermediate_dim": config.get("n_inner") or 4 * config["n_embd"],
+        "max_sequence_length": config["n_positions"],
+        "activation": _ACTIVATIONS[config.get("activation_function", "gelu_new")],
+        "norm_epsilon": config.get("layer_norm_epsilon", 1e-5),
+        "dropout": 0.0,
+    }
+
+
+def gpt2_weight_map(model):
+    """`{checkpoint name: [(variable, transform), ...]}` for a learned-position, LayerNorm GPT2LM."""
+    d = model.hidden_dim
+
+    def columns(i):
+        return lambda w: w[..., i * d : (i + 1) * d]
+
+    mapping = {
+        "wte.weight": [(model.token_embedding.embeddings, None)],
+        "wpe.weight": [(model.position_embedding.position_embeddings, None)],
+        "ln_f.weight": [(model.final_norm.gamma, None)],
+        "ln_f.bias": [(model.final_norm.beta, None)],
+    }
+    for i, block in enumerate(model.transformer_blocks):
+        attention = block.self_attention_layer
+        qkv = (attention.query_dense, attention.key_dense, attention.value_dense)
+        p = f"h.{i}."
+        mapping.update(
+            {
+                p + "ln_1.weight": [(block.self_attention_norm.gamma, None)],
+                p + "ln_1.bias": [(block.self_attention_norm.beta, None)],
+                p + "attn.c_attn.weight": [(dense.kernel, columns(j)) for j, dense in enumerate(qkv)],
+                p + "attn.c_attn.bias": [(dense.bias, columns(j)) for j, dense in enumerate(qkv)],
+                p + "attn.c_proj.weight": [(attention.output_dense.kernel, None)],
+                p + "attn.c_proj.bias": [(attention.output_dense.bias, None)],
+                p + "ln_2.weight": [(block.feed_forward_norm.gamma, None)],
+                p + "ln_2.bias": [(block.feed_forward_norm.beta, None)],
+                p + "mlp.c_fc.weight": [(block.feed_forward.intermediate_dense.kernel, None)],
+                p + "mlp.c_fc.bias": [(block.feed_forward.intermediate_dense.bias, None)],
+                p + "mlp.c_proj.weight": [(block.feed_forward.output_dense.kernel, None)],
+                p + "mlp.c_proj.bias": [(block.feed_forward.output_dense.bias, None)],
+            }
+        )
+    return mapping
+
+
+def assign_weights(mapping, tensors, source):
+    """Assigns `tensors` through `mapping`; every error names the tensor."""
+    missing = sorted(set(mapping) - set(tensors))
+    unexpected = sorted(set(tensors) - set(mapping))
+    if missing or unexpected:
+        raise ValueError(
+            f"Tensors of {source} do not match the model. Missing: {missing}. Unexpected: {unexpected}."
+        )
+    for name, targets in mapping.items():
+        value = np.asarray(tensors[name])
+        for variable, transform in targets:
+            part = value if transform is None else transform(value)
+            if tuple(part.shape) != tuple(variable.shape):
+                raise ValueError(
+                    f"Shape mismatch for tensor {name!r} of {source}: the model expects "
+                    f"{tuple(variable.shape)}, the checkpoint has {tuple(value.shape)}."
+                )
+            variable.assign(part.astype(variable.dtype))
+
+
+def load_huggingface_gpt2(directory, cls, **overrides):
+    """Builds `cls` (GPT2LM) from a Hugging Face GPT-2 directory and loads its weights."""
+    config = _read_config(directory)
+    tensors = _read_tensors(directory)
+    lm_head = tensors.pop("lm_head.weight", None)
+    if lm_head is not None and "wte.weight" in tensors and not np.array_equal(lm_head, tensors["wte.weight"]):
+        raise ValueError(
+            "lm_head.weight differs from wte.weight: GPT2LM ties its output head to the "
+            "token embedding and cannot load an untied head."
+        )
+    model = cls(**{**huggingface_gpt2_arguments(config), **overrides})
+    assign_weights(gpt2_weight_map(model), tensors, os.path.join(directory, "model.safetensors"))
+    return model

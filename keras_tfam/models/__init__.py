@@ -1,0 +1,6 @@
+"""Models assembled from keras_tfam layers."""
+
+from keras_tfam.models.gpt2_lm import GPT2LM
+from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+
+__all__ = ["GPT2LM", "GPT2_PRESETS"]

@@ -1,0 +1,79 @@
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from keras_tfam.models import GPT2LM
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "hf-gpt2-tiny")
+pytestmark = pytest.mark.skipif(not os.path.isdir(FIXTURE), reason="../shared fixtures not present")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return np.load(os.path.join(FIXTURE, "reference.npz"))
+
+
+def _copy(tmp_path, transform):
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    shutil.copy(os.path.join(FIXTURE, "config.json"), directory / "config.json")
+    tensors = transform(load_file(os.path.join(FIXTURE, "model.safetensors")))
+    save_file(tensors, str(directory / "model.safetensors"))
+    return str(directory)
+
+
+def test_logits_and_greedy_tokens_match_transformers(reference):
+    model = GPT2LM.from_huggingface(FIXTURE)
+    np.testing.assert_allclose(model(reference["input_ids"]), reference["logits"], atol=1e-4)
+    generated = model.generate(reference["prompt_ids"], max_new_tokens=16)
+    np.testing.assert_array_equal(generated, reference["greedy_ids"])
+
+
+def test_original_hub_layout_with_buffers_and_tied_head(tmp_path, reference):
+    def hub_layout(tensors):
+        out = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+        for i in range(2):
+            out[f"h.{i}.attn.bias"] = np.tril(np.ones((1, 1, 64, 64), "float32"))
+            out[f"h.{i}.attn.masked_bias"] = np.array(-1e4, "float32")
+        out["lm_head.weight"] = out["wte.weight"].copy()
+        return out
+
+    model = GPT2LM.from_huggingface(_copy(tmp_path, hub_layout))
+    np.testing.assert_allclose(model(reference["input_ids"]), reference["logits"], atol=1e-4)
+
+
+def test_missing_and_unknown_tensors_are_listed(tmp_path):
+    def broken(tensors):
+        tensors.pop("transformer.h.1.mlp.c_fc.bias")
+        tensors["transformer.h.0.attn.rotary"] = np.zeros(3, "float32")
+        return tensors
+
+    with pytest.raises(ValueError, match=r"Missing: \['h.1.mlp.c_fc.bias'\]. Unexpected: \['h.0.attn.rotary'\]"):
+        GPT2LM.from_huggingface(_copy(tmp_path, broken))
+
+
+def test_shape_mismatch_names_the_tensor(tmp_path):
+    def broken(tensors):
+        tensors["transformer.ln_f.weight"] = np.ones(31, "float32")
+        return tensors
+
+    with pytest.raises(ValueError, match=r"'ln_f.weight'.*expects \(32,\).*has \(31,\)"):
+        GPT2LM.from_huggingface(_copy(tmp_path, broken))
+
+
+def test_untied_head_and_missing_files(tmp_path):
+    def untied(tensors):
+        tensors["lm_head.weight"] = tensors["transformer.wte.weight"] + 1
+        return tensors
+
+    with pytest.raises(ValueError, match="lm_head.weight differs from wte.weight"):
+        GPT2LM.from_huggingface(_copy(tmp_path, untied))
+    with pytest.raises(FileNotFoundError, match="No config.json"):
+        GPT2LM.from_huggingface(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(FileNotFoundError, match="No model.safetensors"):
+        GPT2LM.from_huggingface(str(tmp_path))
