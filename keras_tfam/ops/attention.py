@@ -81,7 +81,16 @@ def attention_weights(query, key, attention_mask=None, bias=None, scale=None):
         scale = 1.0 / math.sqrt(query.shape[-1])
     # Scaling the query before the product keeps float16 scores in range.
     query = ops.multiply(query, ops.cast(scale, query.dtype))
-    if num_kv_heads == num_heads:
+    if query.shape[1] == 1:
+        # One query (a decoding step): a broadcast multiply-and-sum reads the
+        # keys once in their (B, S, K, H) layout, where a batched matmul would
+        # first transpose the whole cache.
+        grouped = _split_groups(query, num_kv_heads)  # [B, 1, K, G, H]
+        scores = ops.sum(grouped * ops.expand_dims(key, 3), axis=-1)  # [B, S, K, G]
+        shape = ops.shape(scores)
+        scores = ops.reshape(scores, (shape[0], 1, shape[1], num_heads))
+        scores = ops.transpose(scores, (0, 3, 1, 2))  # [B, N, 1, S]
+    elif num_kv_heads == num_heads:
         scores = ops.einsum("btnh,bsnh->bnts", query, key)
     else:
         grouped = _split_groups(query, num_kv_heads)
@@ -111,6 +120,15 @@ def apply_attention_weights(weights, value):
     """Weighted sum of values: `(B, N, T, S) x (B, S, K, H) -> (B, T, N, H)`."""
     num_heads, num_kv_heads = weights.shape[1], value.shape[2]
     weights = ops.cast(weights, value.dtype)
+    if weights.shape[2] == 1:
+        # One query: weighted sum over S in the values' own layout (see above).
+        shape = ops.shape(weights)
+        grouped = ops.reshape(
+            ops.transpose(weights, (0, 3, 1, 2)),  # [B, S, N, 1]
+            (shape[0], shape[3], num_kv_heads, num_heads // num_kv_heads, 1),
+        )
+        outputs = ops.sum(grouped * ops.expand_dims(value, 3), axis=1)  # [B, K, G, H]
+        return ops.reshape(outputs, (shape[0], 1, num_heads, value.shape[-1]))
     if num_kv_heads == num_heads:
         return ops.einsum("bnts,bsnh->btnh", weights, value)
     shape = ops.shape(weights)

@@ -236,10 +236,11 @@ class MultiHeadAttention(keras.layers.Layer):
                     query_heads, key_heads, query_offset, query_offset
                 )
             if cache is not None:
-                start = (0, cache_update_index, 0, 0)
-                key_heads = ops.slice_update(cache[:, 0], start, ops.cast(key_heads, cache.dtype))
-                value_heads = ops.slice_update(cache[:, 1], start, ops.cast(value_heads, cache.dtype))
-                cache = ops.stack([key_heads, value_heads], axis=1)
+                # One in-place update of the whole cache (XLA reuses its buffer
+                # inside the decoding loop) rather than two updates and a stack.
+                update = ops.cast(ops.stack([key_heads, value_heads], axis=1), cache.dtype)
+                cache = ops.slice_update(cache, (0, 0, cache_update_index, 0, 0), update)
+                key_heads, value_heads = cache[:, 0], cache[:, 1]
 
         query_length = ops.shape(query_heads)[1]
         key_length = ops.shape(key_heads)[1]
