@@ -1,0 +1,1 @@
+"""The input side: WikiText (TFDS builder and plain files), tokenizers, LM streams."""

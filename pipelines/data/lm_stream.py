@@ -1,0 +1,79 @@
+"""Language-modelling streams: a split tokenized in order and cut into blocks.
+
+The split's tokens are concatenated in order and read as if preceded by one
+end-of-line token, so every token of the split is a target exactly once:
+block `i` has inputs `stream[iL : iL + L]` and targets `stream[iL + 1 : iL + L + 1]`
+(`L + 1` tokens, consecutive blocks sharing one). No padding inside the
+stream; the final partial block is padded and its padding gets weight 0, so
+nothing is dropped. Elements are `(inputs, targets, weights)`.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+
+def tokenize_lines(tokenizer, lines, chunk=4096):
+    """The flat int32 token stream of `lines` (each ending in the end-of-line token)."""
+    parts = []
+    for start in range(0, len(lines), chunk):
+        ids = tokenizer.tokenize(tf.constant(lines[start : start + chunk], dtype=tf.string))
+        parts.append(np.asarray(ids.flat_values, np.int32))
+    return np.concatenate(parts) if parts else np.zeros((0,), np.int32)
+
+
+def make_blocks(tokens, sequence_length, start_id):
+    """`(inputs, targets, weights)` arrays of shape `(num_blocks, sequence_length)`."""
+    if not isinstance(sequence_length, int) or sequence_length < 1:
+        raise ValueError(f"`sequence_length` must be a positive integer. Received: sequence_length={sequence_length!r}")
+    tokens = np.asarray(tokens, np.int32)
+    if tokens.size == 0:
+        raise ValueError("The token stream is empty: nothing to make blocks from")
+    num_blocks = -(-tokens.size // sequence_length)
+    stream = np.zeros(num_blocks * sequence_length + 1, np.int32)
+    stream[0] = start_id
+    stream[1 : tokens.size + 1] = tokens
+    weights = np.zeros(num_blocks * sequence_length, np.float32)
+    weights[: tokens.size] = 1.0
+    inputs = stream[:-1].reshape(num_blocks, sequence_length)
+    targets = stream[1:].reshape(num_blocks, sequence_length)
+    return inputs, targets, weights.reshape(num_blocks, sequence_length)
+
+
+def lm_dataset(
+    tokens,
+    sequence_length,
+    batch_size,
+    start_id,
+    shuffle=False,
+    seed=None,
+    drop_remainder=False,
+    repeat=False,
+):
+    """A `tf.data` stream of `(inputs, targets, weights)` batches.
+
+    Args:
+        tokens: the split's flat token stream.
+        sequence_length: tokens per block.
+        batch_size: blocks per batch (the global batch under a strategy).
+        start_id: the token read before the first one (end-of-line).
+        shuffle: shuffle the blocks, with `seed`, anew each epoch.
+        drop_remainder: drop the last partial batch (static shapes for
+            training); evaluation keeps it.
+        repeat: repeat forever (training by steps).
+
+    The dataset is cached after tokenization and blocking, prefetched with
+    AUTOTUNE, and auto-sharded by data so multi-worker training splits it.
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
+    inputs, targets, weights = make_blocks(tokens, sequence_length, start_id)
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, targets, weights)).cache()
+    if shuffle:
+        dataset = dataset.shuffle(len(inputs), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.deterministic = True
+    return dataset.with_options(options)

@@ -1,0 +1,300 @@
+"""Tokenizers whose tokenize/detokenize are TensorFlow ops (a SavedModel can embed them).
+
+Each tokenizer maps a batch of text lines `(N,)` to ragged ids `(N, None)`,
+every line ending in the tokenizer's end-of-line token, so that a split
+tokenized line by line and concatenated is the split's token stream.
+
+- `WordTokenizer`: the standard WikiText setting. Whitespace-separated
+  words, `<eos>` at the end of every line, `<unk>` kept as a token (WikiText
+  already replaced rare words by it); out-of-vocabulary words map to `<unk>`.
+  Vocabulary from the train split, most frequent first.
+- `BPETokenizer`: GPT-2 byte-level BPE. Training uses Hugging Face
+  `tokenizers` (its Rust trainer writes exactly GPT-2's `vocab.json` +
+  `merges.txt` and trains on WikiText-2 in seconds); tokenizing in the graph
+  uses keras-hub's `BytePairTokenizer`, which reads the same two files, so the
+  real GPT-2 vocabulary loads too. Byte-level: detokenize(tokenize(text)) ==
+  text for any text.
+- `CharTokenizer`: one id per Unicode character, for quick experiments on any
+  text file.
+"""
+
+import collections
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+EOS, UNK = "<eos>", "<unk>"
+ENDOFTEXT = "<|endoftext|>"
+
+
+class Tokenizer(tf.Module):
+    """Interface: `tokenize(lines) -> RaggedTensor`, `detokenize(ids) -> strings`."""
+
+    kind = None
+    #: The id that ends a line; a stream is read as if preceded by one.
+    eos_id = None
+
+    def tokenize(self, lines):
+        raise NotImplementedError
+
+    def detokenize(self, ids):
+        raise NotImplementedError
+
+    @property
+    def vocabulary_size(self):
+        raise NotImplementedError
+
+    def save(self, directory):
+        raise NotImplementedError
+
+
+def _lookup_table(tokens, default):
+    keys = tf.constant(tokens)
+    values = tf.range(len(tokens), dtype=tf.int32)
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), default_value=default)
+
+
+def _as_ragged(ids):
+    ids = tf.convert_to_tensor(ids) if not isinstance(ids, tf.RaggedTensor) else ids
+    if isinstance(ids, tf.RaggedTensor):
+        return ids
+    if ids.shape.rank == 1:
+        ids = ids[None]
+    return tf.RaggedTensor.from_tensor(ids)
+
+
+class WordTokenizer(Tokenizer):
+    """Word-level tokenizer: whitespace words plus `<eos>` per line.
+
+    Args:
+        vocabulary: list of word types; must contain `<eos>` and `<unk>`.
+    """
+
+    kind = "word"
+
+    def __init__(self, vocabulary):
+        super().__init__()
+        missing = [t for t in (EOS, UNK) if t not in vocabulary]
+        if missing:
+            raise ValueError(f"`vocabulary` must contain {missing}. Received {len(vocabulary)} types")
+        self.vocabulary = list(vocabulary)
+        self.eos_id = self.vocabulary.index(EOS)
+        self.unk_id = self.vocabulary.index(UNK)
+        self._table = _lookup_table(self.vocabulary, self.unk_id)
+        self._words = tf.constant(self.vocabulary)
+
+    @classmethod
+    def train(cls, lines, max_size=None, min_count=1):
+        """Vocabulary of `lines`: every type, most frequent first (ties: first seen)."""
+        counts = collections.Counter()
+        for line in lines:
+            counts.update(line.split())
+            counts[EOS] += 1
+        counts.setdefault(UNK, 0)
+        ordered = sorted(counts, key=lambda w: -counts[w])  # stable: first seen wins ties
+        ordered = [w for w in ordered if counts[w] >= min_count or w in (EOS, UNK)]
+        if max_size is not None:
+            keep = ordered[:max_size]
+            for special in (EOS, UNK):
+                if special not in keep:
+                    keep[-1 if special == UNK else -2] = special
+            ordered = keep
+        return cls(ordered)
+
+    @property
+    def vocabulary_size(self):
+        return len(self.vocabulary)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, lines):
+        words = tf.strings.split(lines)
+        eos = tf.fill(tf.stack([words.nrows(), 1]), EOS)
+        words = tf.concat([words, tf.RaggedTensor.from_tensor(eos)], axis=1)
+        return tf.ragged.map_flat_values(self._table.lookup, words)
+
+    def detokenize(self, ids):
+        ids = _as_ragged(ids)
+        words = tf.ragged.map_flat_values(lambda i: tf.gather(self._words, i), ids)
+        text = tf.strings.reduce_join(words, axis=-1, separator=" ")
+        text = tf.strings.regex_replace(text, f" ?{EOS} ?", "\n")
+        return text
+
+    def save(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(self.vocabulary) + "\n")
+        _write_kind(directory, self.kind)
+
+    @classmethod
+    def load(cls, directory):
+        with open(os.path.join(directory, "vocab.txt"), encoding="utf-8") as f:
+            return cls([line.rstrip("\n") for line in f if line.rstrip("\n")])
+
+
+class CharTokenizer(Tokenizer):
+    """Character-level tokenizer: one id per Unicode character, `\\n` ends a line.
+
+    Args:
+        vocabulary: list of single characters; must contain `"\\n"`. Unknown
+            characters map to the last id, `<unk>`.
+    """
+
+    kind = "char"
+
+    def __init__(self, vocabulary):
+        super().__init__()
+        vocabulary = [c for c in vocabulary if c != UNK]
+        if "\n" not in vocabulary:
+            raise ValueError("`vocabulary` must contain the newline character")
+        self.vocabulary = list(vocabulary) + [UNK]
+        self.eos_id = self.vocabulary.index("\n")
+        self.unk_id = len(self.vocabulary) - 1
+        self._table = _lookup_table(self.vocabulary, self.unk_id)
+        self._chars = tf.constant(self.vocabulary[:-1] + ["\ufffd"])
+
+    @classmethod
+    def train(cls, lines, max_size=None):
+        counts = collections.Counter("\n")
+        for line in lines:
+            counts.update(line)
+        ordered = sorted(counts, key=lambda c: -counts[c])
+        return cls(ordered[: max_size - 1] if max_size else ordered)
+
+    @property
+    def vocabulary_size(self):
+        return len(self.vocabulary)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, lines):
+        chars = tf.strings.unicode_split(tf.strings.join([lines, "\n"]), "UTF-8")
+        return tf.ragged.map_flat_values(self._table.lookup, chars)
+
+    def detokenize(self, ids):
+        ids = _as_ragged(ids)
+        chars = tf.ragged.map_flat_values(lambda i: tf.gather(self._chars, i), ids)
+        return tf.strings.reduce_join(chars, axis=-1)
+
+    def save(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "chars.json"), "w", encoding="utf-8") as f:
+            json.dump(self.vocabulary[:-1], f, ensure_ascii=False)
+        _write_kind(directory, self.kind)
+
+    @classmethod
+    def load(cls, directory):
+        with open(os.path.join(directory, "chars.json"), encoding="utf-8") as f:
+            return cls(json.load(f))
+
+
+class BPETokenizer(Tokenizer):
+    """GPT-2 byte-level BPE from `vocab.json` + `merges.txt` (keras-hub ops in the graph).
+
+    Args:
+        vocabulary: path of `vocab.json` (or the dict).
+        merges: path of `merges.txt` (or the list of merge strings).
+    """
+
+    kind = "bpe"
+
+    def __init__(self, vocabulary, merges):
+        super().__init__()
+        import keras_hub
+
+        if isinstance(vocabulary, str):
+            with open(vocabulary, encoding="utf-8") as f:
+                vocabulary = json.load(f)
+        if isinstance(merges, str):
+            with open(merges, encoding="utf-8") as f:
+                merges = [m for m in f.read().split("\n") if m and not m.startswith("#version")]
+        vocabulary, merges = dict(vocabulary), list(merges)
+        specials = [t for t in (ENDOFTEXT,) if t in vocabulary]
+        # Eager calls run keras-hub's Rust path (fast corpus tokenization),
+        # traced calls its TensorFlow ops: the same vocabulary and merges.
+        self._bpe = keras_hub.tokenizers.BytePairTokenizer(
+            vocabulary, merges, unsplittable_tokens=specials or None, dtype="int32"
+        )
+        self._vocabulary_json = json.dumps(vocabulary, ensure_ascii=False)
+        self._merges_text = "\n".join(merges)
+        self.eos_id = int(self._bpe.token_to_id("\u010a"))  # byte-level "\n"
+        self.endoftext_id = vocabulary.get(ENDOFTEXT)
+        self._size = len(vocabulary)
+
+    @classmethod
+    def train(cls, lines, vocabulary_size=8192, min_frequency=2):
+        """Trains byte-level BPE on `lines` with Hugging Face `tokenizers`."""
+        from tokenizers import ByteLevelBPETokenizer
+
+        trainer = ByteLevelBPETokenizer(add_prefix_space=False)
+        trainer.train_from_iterator(
+            (line + "\n" for line in lines),
+            vocab_size=vocabulary_size,
+            min_frequency=min_frequency,
+            special_tokens=[ENDOFTEXT],
+            show_progress=False,
+        )
+        model = json.loads(trainer._tokenizer.to_str())["model"]
+        merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+        return cls(model["vocab"], merges)
+
+    @property
+    def vocabulary_size(self):
+        return self._size
+
+    def tokenize(self, lines):
+        lines = tf.strings.join([tf.convert_to_tensor(lines, tf.string), "\n"])
+        ids = self._bpe.tokenize(lines)
+        if isinstance(ids, (list, tuple)):  # keras-hub's eager (Rust) path
+            lengths = [len(row) for row in ids]
+            flat = np.fromiter((i for row in ids for i in row), np.int32, sum(lengths))
+            ids = tf.RaggedTensor.from_row_lengths(flat, tf.constant(lengths, tf.int64))
+        return ids
+
+    def detokenize(self, ids):
+        text = self._bpe.detokenize(_as_ragged(ids))
+        return tf.convert_to_tensor(text, tf.string)
+
+    def save(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "vocab.json"), "w", encoding="utf-8") as f:
+            f.write(self._vocabulary_json)
+        with open(os.path.join(directory, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + self._merges_text + "\n")
+        _write_kind(directory, self.kind)
+
+    @classmethod
+    def load(cls, directory):
+        return cls(os.path.join(directory, "vocab.json"), os.path.join(directory, "merges.txt"))
+
+
+TOKENIZERS = {"word": WordTokenizer, "bpe": BPETokenizer, "char": CharTokenizer}
+
+
+def _write_kind(directory, kind):
+    with open(os.path.join(directory, "tokenizer.json"), "w") as f:
+        json.dump({"kind": kind}, f)
+
+
+def load_tokenizer(directory):
+    """Loads a tokenizer saved with `save`, or a GPT-2 `vocab.json` + `merges.txt` directory."""
+    meta = os.path.join(directory, "tokenizer.json")
+    if os.path.isfile(meta):
+        with open(meta) as f:
+            kind = json.load(f)["kind"]
+        return TOKENIZERS[kind].load(directory)
+    if os.path.isfile(os.path.join(directory, "vocab.json")) and os.path.isfile(os.path.join(directory, "merges.txt")):
+        return BPETokenizer.load(directory)
+    raise FileNotFoundError(
+        f"No tokenizer in {directory!r}: expected tokenizer.json (saved by keras_tfam) or GPT-2's "
+        "vocab.json + merges.txt"
+    )
+
+
+def train_tokenizer(kind, lines, vocabulary_size=None):
+    """Trains the tokenizer `kind` (`"word"`, `"bpe"`, `"char"`) on `lines`."""
+    if kind not in TOKENIZERS:
+        raise ValueError(f"`tokenizer` must be one of {tuple(TOKENIZERS)}. Received: tokenizer={kind!r}")
+    if kind == "bpe":
+        return BPETokenizer.train(lines, vocabulary_size or 8192)
+    return TOKENIZERS[kind].train(lines, max_size=vocabulary_size)
