@@ -1,5 +1,126 @@
 """The `tfam` training, evaluation, generation and export commands (see pipelines.cli)."""
 
+import json
+import os
+
+
+def _train(args):
+    from pipelines.config import load_config, overrides_from_args
+    from pipelines.training import format_summary, train
+
+    config = load_config(args.config, overrides_from_args(args))
+    summary = train(config)
+    print(format_summary(summary))
+
+
+def load_run(run_dir, checkpoint="best"):
+    """The model (`best` or `final` checkpoint, or a `.keras` file) and tokenizer of a run."""
+    import keras
+
+    import keras_tfam  # noqa: F401 - registers the layers for loading
+    import pipelines.optimizer  # noqa: F401 - and the optimizer of compiled checkpoints
+    from pipelines.data.tokenizers import load_tokenizer
+
+    if os.path.isfile(run_dir) and run_dir.endswith(".keras"):
+        return keras.saving.load_model(run_dir), None
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"No run directory {run_dir!r}")
+    names = ["best", "final"] if checkpoint == "best" else [checkpoint]
+    for name in names:
+        path = os.path.join(run_dir, "checkpoints", f"{name}.keras")
+        if os.path.isfile(path):
+            tokenizer_dir = os.path.join(run_dir, "tokenizer")
+            tokenizer = load_tokenizer(tokenizer_dir) if os.path.isdir(tokenizer_dir) else None
+            return keras.saving.load_model(path), tokenizer
+    raise FileNotFoundError(f"No checkpoint {names} in {os.path.join(run_dir, 'checkpoints')!r}")
+
+
+def _eval(args):
+    from pipelines.data.lm_stream import lm_dataset, tokenize_lines
+    from pipelines.data.wikitext import count_words, split_lines
+    from pipelines.evaluation import evaluate_perplexity
+
+    if args.sequence_length < 1 or args.batch_size < 1:
+        raise ValueError(
+            f"--sequence-length and --batch-size must be positive. Received: {args.sequence_length}, {args.batch_size}"
+        )
+    lines = split_lines(args.data_dir, args.split)
+    model, tokenizer = load_run(args.run, args.checkpoint)
+    if tokenizer is None:
+        raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
+    tokens = tokenize_lines(tokenizer, lines)
+    dataset = lm_dataset(tokens, args.sequence_length, args.batch_size, tokenizer.eos_id)
+    result = evaluate_perplexity(model, dataset, count_words(lines))
+    print(json.dumps({"split": args.split, **result}))
+
+
+def _generate(args):
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_tfam.generation import TopKSampler, TopPSampler, get_sampler
+
+    model, tokenizer = load_run(args.run, args.checkpoint)
+    if tokenizer is None:
+        raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
+    if args.sampler == "top_k":
+        sampler = TopKSampler(args.top_k, args.temperature)
+    elif args.sampler == "top_p":
+        sampler = TopPSampler(args.top_p, args.temperature)
+    elif args.sampler == "greedy":
+        sampler = get_sampler("greedy")
+    else:
+        sampler = get_sampler(args.sampler, temperature=args.temperature)
+    prompts = args.prompt or [""]
+    for prompt in prompts:
+        ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values))
+        out = model.generate([ids], args.max_new_tokens, sampler=sampler, seed=args.seed)
+        completion = tokenizer.detokenize(out[:, len(ids):]).numpy()[0].decode("utf-8", "replace")
+        print(f"{prompt}{' ' if prompt and tokenizer.kind == 'word' else ''}{completion}")
+
+
+def _export(args):
+    from pipelines.export import export_model
+
+    model, tokenizer = load_run(args.run, args.checkpoint)
+    path = export_model(model, args.out, tokenizer, overwrite=args.overwrite)
+    print(f"exported {args.run} -> {path}")
+
 
 def add_commands(commands):
     """Adds `train`, `eval`, `generate`, `export` to the `tfam` sub-command parser."""
+    from pipelines.config import add_config_arguments
+
+    train = commands.add_parser("train", help="train a GPT-2-style LM (rerun the same command to resume)")
+    train.add_argument("--config", default="gpt2_tiny", help="gpt2_tiny, gpt2_small or a JSON file")
+    add_config_arguments(train)
+    train.set_defaults(handler=_train)
+
+    def run_arguments(parser):
+        parser.add_argument("run", help="run directory of `tfam train` (or a .keras file)")
+        parser.add_argument("--checkpoint", default="best", help="best (default, falls back to final) or final")
+
+    evaluate = commands.add_parser("eval", help="perplexity of a run's checkpoint on a split (JSON)")
+    run_arguments(evaluate)
+    evaluate.add_argument("--data-dir", required=True)
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--sequence-length", type=int, default=128)
+    evaluate.add_argument("--batch-size", type=int, default=16)
+    evaluate.set_defaults(handler=_eval)
+
+    generate = commands.add_parser("generate", help="text from a prompt")
+    run_arguments(generate)
+    generate.add_argument("--prompt", action="append", help="repeat for several prompts")
+    generate.add_argument("--max-new-tokens", type=int, default=40)
+    generate.add_argument("--sampler", default="top_p", choices=["greedy", "random", "top_k", "top_p"])
+    generate.add_argument("--temperature", type=float, default=1.0)
+    generate.add_argument("--top-k", type=int, default=50)
+    generate.add_argument("--top-p", type=float, default=0.9)
+    generate.add_argument("--seed", type=int, default=0)
+    generate.set_defaults(handler=_generate)
+
+    export = commands.add_parser("export", help="write the SavedModel (TF Serving layout)")
+    run_arguments(export)
+    export.add_argument("--out", required=True, help="EXPORT_DIR; ends in a version number, or one is added")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    export.set_defaults(handler=_export)

@@ -132,6 +132,38 @@ class KerasHubSampler(Sampler):
         return (type(self).__name__, id(self.sampler))
 
 
+class TensorSampler(Sampler):
+    """Greedy, temperature, top-k and top-p in one sampler whose settings are tensors.
+
+    For serving signatures, where the settings arrive as inputs:
+    `temperature <= 0` is greedy; `top_k <= 0` and `top_p >= 1` switch those
+    filters off.
+    """
+
+    def __init__(self, temperature, top_k, top_p):
+        self.temperature = tf.cast(temperature, tf.float32)
+        self.top_k = tf.cast(top_k, tf.int32)
+        self.top_p = tf.cast(top_p, tf.float32)
+
+    def __call__(self, logits, seed):
+        logits = tf.cast(logits, tf.float32)
+        greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        scaled = logits / tf.maximum(self.temperature, 1e-6)
+        vocabulary = tf.shape(scaled)[-1]
+        k = tf.where(self.top_k > 0, tf.minimum(self.top_k, vocabulary), vocabulary)
+        sorted_logits = tf.sort(scaled, axis=-1, direction="DESCENDING")
+        kth = tf.gather(sorted_logits, tf.fill([tf.shape(scaled)[0], 1], k - 1), batch_dims=1)
+        minus_inf = tf.constant(-float("inf"), tf.float32)
+        scaled = tf.where(scaled < kth, minus_inf, scaled)
+        sorted_logits = tf.where(tf.range(vocabulary)[None, :] < k, sorted_logits, minus_inf)
+        mass_before = tf.cumsum(tf.nn.softmax(sorted_logits, axis=-1), axis=-1, exclusive=True)
+        kept = tf.reduce_sum(tf.cast(mass_before < self.top_p, tf.int32), axis=-1, keepdims=True)
+        cutoff = tf.gather(sorted_logits, tf.maximum(kept, 1) - 1, batch_dims=1)
+        scaled = tf.where(scaled < cutoff, minus_inf, scaled)
+        sampled = tf.cast(tf.random.stateless_categorical(scaled, 1, seed)[:, 0], tf.int32)
+        return tf.where(self.temperature > 0, sampled, greedy)
+
+
 SAMPLERS = {
     "greedy": GreedySampler,
     "random": RandomSampler,

@@ -39,6 +39,9 @@ class Tokenizer(tf.Module):
     def tokenize(self, lines):
         raise NotImplementedError
 
+    def tokenize_prompt(self, prompts):
+        raise NotImplementedError
+
     def detokenize(self, ids):
         raise NotImplementedError
 
@@ -114,6 +117,10 @@ class WordTokenizer(Tokenizer):
         words = tf.concat([words, tf.RaggedTensor.from_tensor(eos)], axis=1)
         return tf.ragged.map_flat_values(self._table.lookup, words)
 
+    def tokenize_prompt(self, prompts):
+        """Like `tokenize`, without the end-of-line token."""
+        return tf.ragged.map_flat_values(self._table.lookup, tf.strings.split(prompts))
+
     def detokenize(self, ids):
         ids = _as_ragged(ids)
         words = tf.ragged.map_flat_values(lambda i: tf.gather(self._words, i), ids)
@@ -170,6 +177,10 @@ class CharTokenizer(Tokenizer):
     def tokenize(self, lines):
         chars = tf.strings.unicode_split(tf.strings.join([lines, "\n"]), "UTF-8")
         return tf.ragged.map_flat_values(self._table.lookup, chars)
+
+    def tokenize_prompt(self, prompts):
+        """Like `tokenize`, without the end-of-line token."""
+        return tf.ragged.map_flat_values(self._table.lookup, tf.strings.unicode_split(prompts, "UTF-8"))
 
     def detokenize(self, ids):
         ids = _as_ragged(ids)
@@ -250,6 +261,10 @@ class BPETokenizer(Tokenizer):
             flat = np.fromiter((i for row in ids for i in row), np.int32, sum(lengths))
             ids = tf.RaggedTensor.from_row_lengths(flat, tf.constant(lengths, tf.int64))
         return ids
+
+    def tokenize_prompt(self, prompts):
+        """Like `tokenize`, without the end-of-line token."""
+        return self._bpe.tokenize(prompts)
 
     def detokenize(self, ids):
         text = self._bpe.detokenize(_as_ragged(ids))

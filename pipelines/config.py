@@ -1,0 +1,158 @@
+"""Training configurations: named presets, JSON files, command-line overrides.
+
+Every field can be set from the command line (`--learning-rate 3e-4`); a
+config file is JSON holding a subset of the fields. Unknown keys and invalid
+values are errors raised before any work starts.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+
+TOKENIZERS = ("word", "bpe", "char")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+STRATEGIES = ("auto", "default", "mirrored", "multi_worker")
+JIT = ("auto", "on", "off")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    # Model: a GPT-2 preset and the architecture options of the core library.
+    model: str = "gpt2_tiny"
+    num_layers: Optional[int] = None
+    hidden_dim: Optional[int] = None
+    num_heads: Optional[int] = None
+    num_key_value_heads: Optional[int] = None
+    position: Optional[str] = None
+    norm: Optional[str] = None
+    activation: Optional[str] = None
+    dropout: Optional[float] = None
+    # Data.
+    data_dir: Optional[str] = None
+    dataset: str = "wikitext-2-v1"
+    tokenizer: str = "word"
+    vocabulary_size: Optional[int] = None
+    sequence_length: int = 128
+    train_split: str = "train"
+    eval_split: str = "valid"
+    # Optimisation: AdamW, linear warmup then cosine decay, global-norm clipping.
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    min_learning_rate_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta_1: float = 0.9
+    beta_2: float = 0.95
+    clip_norm: float = 1.0
+    gradient_accumulation_steps: int = 1
+    max_steps: int = 2000
+    eval_every: int = 200
+    backup_every: int = 50
+    # Runtime.
+    precision: str = "float32"
+    jit: str = "auto"
+    strategy: str = "auto"
+    cpu_devices: Optional[int] = None
+    seed: int = 0
+    out: str = "runs/gpt2_tiny"
+    export_dir: Optional[str] = None
+    samples: int = 2
+    sample_tokens: int = 32
+    profile_steps: Optional[str] = None
+
+    def validate(self):
+        """Raises a `ValueError` naming the first invalid field and its value."""
+        checks = [
+            ("model", self.model in GPT2_PRESETS, f"one of {tuple(GPT2_PRESETS)}"),
+            ("tokenizer", self.tokenizer in TOKENIZERS, f"one of {TOKENIZERS}"),
+            ("precision", self.precision in PRECISIONS, f"one of {PRECISIONS}"),
+            ("strategy", self.strategy in STRATEGIES, f"one of {STRATEGIES}"),
+            ("jit", self.jit in JIT, f"one of {JIT}"),
+            ("position", self.position in (None, "learned", "rotary", "alibi", "none"), "learned, rotary, alibi or none"),
+            ("norm", self.norm in (None, "layer", "rms", "scale"), "layer, rms or scale"),
+        ]
+        for name in ("sequence_length", "batch_size", "max_steps", "eval_every", "backup_every",
+                     "gradient_accumulation_steps"):
+            checks.append((name, isinstance(getattr(self, name), int) and getattr(self, name) >= 1, "a positive integer"))
+        for name in ("learning_rate", "clip_norm"):
+            checks.append((name, getattr(self, name) > 0, "positive"))
+        for name in ("warmup_steps", "samples", "sample_tokens"):
+            checks.append((name, getattr(self, name) >= 0, "non-negative"))
+        checks.append(("min_learning_rate_ratio", 0 <= self.min_learning_rate_ratio <= 1, "in [0, 1]"))
+        checks.append(("weight_decay", self.weight_decay >= 0, "non-negative"))
+        checks.append(("dropout", self.dropout is None or 0 <= self.dropout < 1, "in [0, 1)"))
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"Invalid config: `{name}` must be {expected}. Received: {name}={getattr(self, name)!r}")
+        if self.data_dir is not None and not os.path.exists(self.data_dir):
+            raise FileNotFoundError(f"Invalid config: data_dir {self.data_dir!r} does not exist")
+        return self
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+NAMED_CONFIGS = {
+    # Minutes on a 2-core CPU.
+    "gpt2_tiny": {},
+    # The 124M model for GPUs: GPT-2's BPE, 1024 tokens, bf16.
+    "gpt2_small": {
+        "model": "gpt2_small",
+        "tokenizer": "bpe",
+        "vocabulary_size": 50257,
+        "sequence_length": 1024,
+        "batch_size": 8,
+        "learning_rate": 6e-4,
+        "warmup_steps": 500,
+        "max_steps": 20000,
+        "eval_every": 1000,
+        "backup_every": 500,
+        "precision": "mixed_bfloat16",
+        "out": "runs/gpt2_small",
+    },
+}
+
+FIELDS = {field.name: field for field in dataclasses.fields(TrainConfig)}
+
+
+def _check_keys(values, source):
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"Unknown config key(s) {unknown} in {source}. Valid keys: {sorted(FIELDS)}")
+
+
+def load_config(name_or_path="gpt2_tiny", overrides=None):
+    """A validated `TrainConfig` from a named config or a JSON file, then `overrides`."""
+    if name_or_path in NAMED_CONFIGS:
+        values = dict(NAMED_CONFIGS[name_or_path])
+    elif os.path.isfile(name_or_path):
+        with open(name_or_path) as f:
+            values = json.load(f)
+        _check_keys(values, name_or_path)
+    else:
+        raise ValueError(
+            f"`--config` must be one of {tuple(NAMED_CONFIGS)} or a JSON file. Received: config={name_or_path!r}"
+        )
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _check_keys(overrides, "the overrides")
+    return TrainConfig(**{**values, **overrides}).validate()
+
+
+def add_config_arguments(parser):
+    """One `--flag` per config field (default: unset, keeping the config's value)."""
+    for name, field in FIELDS.items():
+        kind = field.type
+        if kind in (Optional[int], int):
+            kind = int
+        elif kind in (Optional[float], float):
+            kind = float
+        else:
+            kind = str
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
+
+
+def overrides_from_args(args):
+    return {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}

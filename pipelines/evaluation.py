@@ -1,0 +1,66 @@
+"""Perplexity: token-level loss and word-level perplexity of a model on a stream.
+
+Word-level perplexity is `exp(total NLL / number of words incl. <eos>)`, the
+split's total negative log-likelihood (over whatever tokens the tokenizer
+makes) divided by its standard word count, so results compare across
+tokenizers and with published word-level numbers.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+
+
+def nll_function(model, strategy=None):
+    """A compiled `(inputs, targets, weights) -> (sum of NLL, sum of weights)` step."""
+    strategy = strategy or tf.distribute.get_strategy()
+
+    def replica_step(inputs, targets, weights):
+        logits = model(inputs, training=False)
+        nll = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
+        weights = tf.cast(weights, nll.dtype)
+        return tf.reduce_sum(tf.cast(nll, tf.float64) * tf.cast(weights, tf.float64)), tf.reduce_sum(
+            tf.cast(weights, tf.float64)
+        )
+
+    @tf.function
+    def step(inputs, targets, weights):
+        total, count = strategy.run(replica_step, args=(inputs, targets, weights))
+        return (
+            strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None),
+            strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None),
+        )
+
+    return step
+
+
+def evaluate_perplexity(model, dataset, num_words, strategy=None, step=None):
+    """Token loss, token perplexity and word perplexity of `model` on `dataset`.
+
+    Args:
+        model: maps `(B, T)` ids to `(B, T, V)` logits.
+        dataset: `(inputs, targets, weights)` batches covering the split once.
+        num_words: words of the split, `<eos>` included.
+
+    Returns:
+        dict with `loss` (mean NLL per token, nats), `token_perplexity`,
+        `word_perplexity`, `tokens`, `words`, `nll`.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    step = step or nll_function(model, strategy)
+    total, count = 0.0, 0.0
+    for inputs, targets, weights in strategy.experimental_distribute_dataset(dataset):
+        batch_total, batch_count = step(inputs, targets, weights)
+        total += float(batch_total)
+        count += float(batch_count)
+    if count == 0:
+        raise ValueError("The evaluation stream delivered no token")
+    return {
+        "loss": total / count,
+        "token_perplexity": math.exp(min(total / count, 700.0)),
+        "word_perplexity": math.exp(min(total / num_words, 700.0)),
+        "tokens": int(count),
+        "words": int(num_words),
+        "nll": total,
+    }

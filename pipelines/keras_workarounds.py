@@ -1,0 +1,37 @@
+"""Work-arounds for Keras 3's `fit` under `MultiWorkerMirroredStrategy`.
+
+Keras 3 (3.15 at the time of writing) breaks multi-worker `fit` in two places,
+reported as tensorflow/tensorflow#72388:
+
+1. before training it averages a distributed data batch across workers in
+   eager mode to build the model symbolically, and that cross-worker reduce
+   fails ("Attempt to convert a value (PerReplica ...)");
+2. after each step it reduces the per-replica logs with
+   `strategy.reduce("MEAN", v, axis=0)`, which fails for the scalar loss
+   ("Invalid reduction dimension 0 for input with 0 dimensions").
+
+Only multi-worker runs are touched: the model is built from a local batch,
+and scalar logs are averaged across replicas with `axis=None`.
+"""
+
+import tensorflow as tf
+from keras.src.backend.tensorflow import trainer as _tf_trainer
+
+_original_reduce_per_replica = _tf_trainer.reduce_per_replica
+
+
+def _reduce_per_replica(values, strategy, reduction):
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and reduction in ("auto", "mean"):
+        return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+    return _original_reduce_per_replica(values, strategy, reduction)
+
+
+def patch_multi_worker_fit(model, strategy, local_batch):
+    """Makes `model.fit` work under `strategy` (a MultiWorkerMirroredStrategy)."""
+    _tf_trainer.reduce_per_replica = _reduce_per_replica
+
+    def build_from_local_batch(iterator=None, data_batch=None):
+        with strategy.scope():
+            model._symbolic_build(data_batch=local_batch)
+
+    model._maybe_symbolic_build = build_from_local_batch

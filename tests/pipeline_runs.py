@@ -1,0 +1,56 @@
+"""Helpers of the pipeline tests: a small WikiText folder and running `tfam` in a subprocess."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from shared_data import WIKITEXT2
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def make_small_wikitext(folder):
+    """The first lines of the real validation and test splits, for quick runs."""
+    if not os.path.isfile(os.path.join(WIKITEXT2, "wiki.valid.tokens")):
+        pytest.skip("../shared/data/wikitext-2 not present")
+    for split, count in (("valid", 300), ("test", 120)):
+        with open(os.path.join(WIKITEXT2, f"wiki.{split}.tokens"), encoding="utf-8") as f:
+            lines = f.read().split("\n")[:count]
+        with open(folder / f"wiki.{split}.tokens", "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return str(folder)
+
+
+def tiny_args(data_dir, out, **overrides):
+    values = {
+        "data-dir": data_dir,
+        "train-split": "valid",
+        "eval-split": "test",
+        "num-layers": 1,
+        "hidden-dim": 32,
+        "num-heads": 2,
+        "sequence-length": 32,
+        "batch-size": 4,
+        "samples": 0,
+        "warmup-steps": 2,
+        "dropout": 0.0,
+        "learning-rate": 3e-3,
+        "out": out,
+    }
+    values.update(overrides)
+    args = ["train"]
+    for key, value in values.items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+def run_tfam(args, env=None, timeout=300, check=True, **kwargs):
+    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1", **(env or {})}
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout, **kwargs,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"tfam {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
