@@ -108,6 +108,15 @@ def _tokens(run_dir, tokenizer, lines, name):
     return tokens
 
 
+def _split(config, split):
+    """A split's lines: from `data_dir` (files), else downloaded through the TFDS builder."""
+    if config.data_dir:
+        return split_lines(config.data_dir, split)
+    from pipelines.data.wikitext_tfds import tfds_split_lines
+
+    return tfds_split_lines(config.dataset, split)
+
+
 def build_model(config, vocabulary_size):
     architecture = {
         k: getattr(config, k)
@@ -174,8 +183,7 @@ def train(config):
     strategy = choose_strategy(config.strategy)
     run_dir = _worker_dir(os.path.abspath(config.out), strategy)
     # Data first: a missing split fails before any model work.
-    train_lines = split_lines(config.data_dir, config.train_split)
-    eval_lines = split_lines(config.data_dir, config.eval_split)
+    train_lines, eval_lines = (_split(config, split) for split in (config.train_split, config.eval_split))
     _check_run_config(run_dir, config)
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)

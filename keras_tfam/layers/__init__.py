@@ -1,5 +1,6 @@
 """Keras layers: attention, positions, normalization and Transformer blocks."""
 
+from keras_tfam.layers.attention.linear_attention import LinearAttention
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
@@ -22,6 +23,7 @@ __all__ = [
     "ALiBiBias",
     "AttentionPositionScheme",
     "FeedForward",
+    "LinearAttention",
     "MultiHeadAttention",
     "PositionEmbedding",
     "RMSNorm",

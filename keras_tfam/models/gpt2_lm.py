@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfam.layers.attention.linear_attention import LinearAttention
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import check_norm, get_norm
@@ -15,6 +16,7 @@ from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
 
 POSITIONS = ("learned", "rotary", "alibi", "none")
+ATTENTIONS = ("softmax", "linear")
 
 
 def _attention_position(position, num_heads):
@@ -54,6 +56,9 @@ class GPT2LM(keras.Model):
         norm: norm of the blocks and the final norm.
         activation: feed-forward activation.
         num_key_value_heads: key/value heads; default `num_heads`.
+        attention: `"softmax"` or `"linear"` (`LinearAttention`: O(1) per
+            generated token, the cache is its recurrent state).
+        feature_map: linear attention's feature map, `"elu"` or `"exp"`.
         dropout: dropout on embeddings, residual branches and attention
             weights (GPT-2: 0.1).
         norm_epsilon: epsilon of the norms (GPT-2: 1e-5).
@@ -84,6 +89,8 @@ class GPT2LM(keras.Model):
         dropout=0.0,
         norm_epsilon=1e-5,
         use_bias=True,
+        attention="softmax",
+        feature_map="elu",
         dtype=None,
         **kwargs,
     ):
@@ -104,6 +111,8 @@ class GPT2LM(keras.Model):
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
         check_norm(norm)
+        if attention not in ATTENTIONS:
+            raise ValueError(f"`attention` must be one of {ATTENTIONS}. Received: attention={attention!r}")
         intermediate_dim = intermediate_dim or 4 * hidden_dim
         initializer = keras.initializers.RandomNormal(stddev=0.02)
         residual_initializer = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * num_layers))
@@ -121,6 +130,22 @@ class GPT2LM(keras.Model):
                 name="position_embedding",
             )
         self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        def self_attention(i):
+            if attention == "softmax":
+                return None
+            return LinearAttention(
+                num_heads,
+                hidden_dim // num_heads,
+                feature_map=feature_map,
+                num_key_value_heads=num_key_value_heads,
+                use_bias=use_bias,
+                position=_attention_position(position, num_heads),
+                kernel_initializer=initializer,
+                output_kernel_initializer=residual_initializer,
+                dtype=dtype,
+                name=f"linear_attention_{i}",
+            )
+
         self.transformer_blocks = [
             TransformerDecoderBlock(
                 num_heads,
@@ -133,7 +158,8 @@ class GPT2LM(keras.Model):
                 norm_position="pre",
                 norm_epsilon=norm_epsilon,
                 use_bias=use_bias,
-                position=_attention_position(position, num_heads),
+                position=_attention_position(position, num_heads) if attention == "softmax" else None,
+                self_attention=self_attention(i),
                 kernel_initializer=initializer,
                 output_kernel_initializer=residual_initializer,
                 dtype=dtype,
@@ -165,6 +191,8 @@ class GPT2LM(keras.Model):
         self.dropout = dropout
         self.norm_epsilon = norm_epsilon
         self.use_bias = use_bias
+        self.attention = attention
+        self.feature_map = feature_map
         self._generate_functions = {}
 
     def _embed(self, token_ids, start_index, training=None):
@@ -178,10 +206,12 @@ class GPT2LM(keras.Model):
         return self.hidden_dim // self.num_heads
 
     def init_cache(self, batch_size, max_length):
-        """Zero KV caches, one `(B, 2, max_length, K, H)` tensor per block."""
-        shape = (batch_size, 2, max_length, self.num_key_value_heads, self.head_dim)
-        dtype = self.transformer_blocks[0].compute_dtype
-        return tuple(ops.zeros(shape, dtype) for _ in self.transformer_blocks)
+        """Empty caches, one per block: `(B, 2, max_length, K, H)` keys/values, or the
+        recurrent state of linear attention."""
+        return tuple(
+            block.self_attention_layer.init_cache(batch_size, max_length, block.compute_dtype)
+            for block in self.transformer_blocks
+        )
 
     def call_with_cache(self, token_ids, caches, cache_update_index):
         """Runs `token_ids (B, T)` at positions `cache_update_index ..`.
@@ -381,6 +411,8 @@ class GPT2LM(keras.Model):
             "dropout": self.dropout,
             "norm_epsilon": self.norm_epsilon,
             "use_bias": self.use_bias,
+            "attention": self.attention,
+            "feature_map": self.feature_map,
         }
 
     @classmethod

@@ -111,3 +111,15 @@ class Wikitext(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, path):
         for index, line in enumerate(read_lines(path)):
             yield index, {"text": line}
+
+
+def tfds_split_lines(dataset, split, data_dir=None):
+    """Lines of `split` of the WikiText variant `dataset`, downloaded and prepared by TFDS."""
+    from pipelines.data.wikitext import canonical_split
+
+    builder = Wikitext(config=dataset, data_dir=data_dir)
+    builder.download_and_prepare()
+    name = _TFDS_SPLITS[canonical_split(split)]
+    if name not in builder.info.splits:
+        raise FileNotFoundError(f"WikiText ({dataset}) was prepared without its {split} split")
+    return [example["text"].decode("utf-8") for example in tfds.as_numpy(builder.as_dataset(split=name))]

@@ -66,8 +66,9 @@ def test_causal_logits():
         {"position": "rotary", "norm": "rms", "activation": "swiglu", "num_key_value_heads": 2},
         {"position": "alibi", "norm": "scale"},
         {"position": "none"},
+        {"attention": "linear", "position": "rotary", "norm": "rms"},
     ],
-    ids=["gpt2", "modern", "alibi", "nopos"],
+    ids=["gpt2", "modern", "alibi", "nopos", "linear"],
 )
 def test_fit_compiled_then_cached_greedy_equals_uncached(options):
     model = tiny(**options)

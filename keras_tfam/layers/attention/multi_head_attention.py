@@ -265,6 +265,10 @@ class MultiHeadAttention(keras.layers.Layer):
             return outputs, weights
         return outputs
 
+    def init_cache(self, batch_size, max_length, dtype="float32"):
+        """An empty KV cache `(B, 2, max_length, K, H)` for decoding."""
+        return ops.zeros((batch_size, 2, max_length, self.num_key_value_heads, self.key_dim), dtype)
+
     def compute_key_value_cache(self, key, value=None):
         """Projects a source once for cross-attention decoding.
 

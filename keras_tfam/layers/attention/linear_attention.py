@@ -1,0 +1,235 @@
+"""Linear attention (Katharopoulos et al. 2020; Shen et al. 2021)."""
+
+import keras
+from keras import ops
+
+from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
+from keras_tfam.ops import masks as mask_ops
+
+FEATURE_MAPS = ("elu", "exp")
+# exp() of larger keys overflows float32; keys are clipped here (exp feature map).
+_MAX_EXP_KEY = 60.0
+
+
+def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
+    """`sum_{j <= t} (q_t . k_j) v_j` for every `t`, in chunks, plus the final state.
+
+    Within a chunk of `L` positions the products are computed directly (an
+    `L x L` lower-triangular block); across chunks through prefix sums of the
+    chunk states `sum_j k_j v_j^T`, so memory grows linearly with the sequence.
+
+    Args:
+        query, key: `(B, T, N, H)` non-negative features.
+        value: `(B, T, N, Hv)`.
+        state: `(B, N, H, Hv)` sum over earlier positions, or `None`.
+        chunk_size: positions per chunk.
+
+    Returns:
+        `(B, T, N, Hv)` numerators and the `(B, N, H, Hv)` state after `T`.
+    """
+    length = query.shape[1]
+    chunk = min(chunk_size, length) if length is not None else chunk_size
+    shape = ops.shape(query)
+    batch, steps, heads = shape[0], shape[1], shape[2]
+    padded = (steps + chunk - 1) // chunk * chunk
+    pad = [[0, 0], [0, padded - steps], [0, 0], [0, 0]]
+    q, k, v = (ops.pad(x, pad) for x in (query, key, value))
+    chunks = padded // chunk
+
+    def split(x):
+        return ops.reshape(x, (batch, chunks, chunk, heads, x.shape[-1]))
+
+    q, k, v = split(q), split(k), split(v)
+    chunk_states = ops.einsum("bclnh,bclnv->bcnhv", k, v)
+    inclusive = ops.cumsum(chunk_states, axis=1)
+    exclusive = inclusive - chunk_states
+    if state is not None:
+        exclusive = exclusive + ops.expand_dims(state, 1)
+    inter = ops.einsum("bclnh,bcnhv->bclnv", q, exclusive)
+    lower = ops.cast(ops.tril(ops.ones((chunk, chunk))), q.dtype)
+    scores = ops.einsum("bclnh,bcmnh->bcnlm", q, k) * lower
+    intra = ops.einsum("bcnlm,bcmnv->bclnv", scores, v)
+    outputs = ops.reshape(inter + intra, (batch, padded, heads, value.shape[-1]))[:, :steps]
+    final = inclusive[:, -1] if state is None else inclusive[:, -1] + state
+    return outputs, final
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class LinearAttention(MultiHeadAttention):
+    """Attention of cost linear in sequence length, through a feature map `phi`.
+
+    `"elu"` is Katharopoulos et al. 2020 ("Transformers are RNNs"):
+    `phi(x) = elu(x) + 1` and `V' = phi(Q) (phi(K)^T V) / phi(Q) (phi(K)^T 1)`.
+    `"exp"` is Shen et al. 2021 ("Efficient Attention"): a softmax over the
+    feature dimension of each query and over the sequence for each key
+    feature, `V' = softmax_feat(Q) (softmax_seq(K)^T V)`; causally, the key
+    softmax runs over the positions up to the query.
+
+    Causal attention is computed in parallel for training (chunked prefix
+    sums, memory linear in the sequence) and as a recurrence for decoding:
+    the cache is the running state `(S, z)`, `S = sum phi(k) v^T` and
+    `z = sum phi(k)`, packed as `(B, N, H, Hv + 1)`, and each new token costs
+    O(1). Same call convention as `MultiHeadAttention`; padding masks are
+    supported (padded keys contribute nothing), arbitrary `attention_mask`s
+    and bias position schemes are not (rotary is).
+
+    Args:
+        num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
+        use_bias, kernel_initializer, bias_initializer,
+        output_kernel_initializer: as in `MultiHeadAttention`.
+        feature_map: `"elu"` or `"exp"`.
+        position: `RotaryEmbedding` or `None`.
+        chunk_size: positions per chunk of the causal parallel form.
+        epsilon: added to the normaliser.
+
+    Call arguments:
+        As `MultiHeadAttention` (`query`, `value`, `key`, padding masks,
+        `use_causal_mask`, `cache`, `cache_update_index`, `training`). With a
+        cache the attention is causal and continues from the cached state.
+
+    Returns:
+        `(B, T, output_dim)`, or `(outputs, cache)` with a cache.
+
+    Example:
+
+    >>> attention = LinearAttention(num_heads=8, key_dim=64, feature_map="elu")
+    >>> attention(keras.random.normal((2, 4096, 512)), use_causal_mask=True).shape
+    (2, 4096, 512)
+    """
+
+    def __init__(self, num_heads, key_dim, feature_map="elu", chunk_size=64, epsilon=1e-6, **kwargs):
+        super().__init__(num_heads, key_dim, **kwargs)
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}. Received: feature_map={feature_map!r}")
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"`chunk_size` must be a positive integer. Received: chunk_size={chunk_size!r}")
+        if self.position is not None and (
+            type(self.position).attention_bias is not AttentionPositionScheme.attention_bias
+        ):
+            raise ValueError(
+                "LinearAttention cannot add a score bias (ALiBi, relative positions); use rotary or "
+                f"learned positions. Received: position={self.position!r}"
+            )
+        if self.dropout:
+            raise ValueError(
+                f"LinearAttention has no attention weights to drop out. Received: dropout={self.dropout}"
+            )
+        self.feature_map = feature_map
+        self.chunk_size = chunk_size
+        self.epsilon = epsilon
+
+    def init_cache(self, batch_size, max_length=None, dtype="float32"):
+        """The empty recurrent state `(B, N, H, Hv + 1)` (`max_length` is not needed)."""
+        return ops.zeros((batch_size, self.num_heads, self.key_dim, self.value_dim + 1), dtype)
+
+    def _check_cache(self, cache):
+        expected = (self.num_heads, self.key_dim, self.value_dim + 1)
+        if len(cache.shape) != 4 or tuple(cache.shape[1:]) != expected:
+            raise ValueError(
+                f"`cache` must be the recurrent state (batch, {expected[0]}, {expected[1]}, "
+                f"{expected[2]}). Received: cache.shape={tuple(cache.shape)}"
+            )
+
+    def _repeat_kv(self, x):
+        groups = self.num_heads // self.num_key_value_heads
+        return x if groups == 1 else ops.repeat(x, groups, axis=2)
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if attention_mask is not None or return_attention_scores:
+            raise ValueError(
+                "LinearAttention supports padding masks and `use_causal_mask` only; it has no "
+                "attention_mask and no attention scores."
+            )
+        query_mask = mask_ops.keras_mask(query) if query_mask is None else query_mask
+        if value is None:
+            value = query
+            value_mask = query_mask if value_mask is None and cache is None else value_mask
+        value_mask = mask_ops.keras_mask(value) if value_mask is None else value_mask
+        key = value if key is None else key
+        key_padding = mask_ops.merge_masks(value_mask, key_mask)
+        offset = 0 if cache_update_index is None else cache_update_index
+
+        q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
+        k = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
+        v = self._split_heads(self.value_dense(value), self.num_key_value_heads)  # [B, S, K, Hv]
+        if self.position is not None:
+            q, k = self.position.rotate_query_key(q, k, offset, offset)
+        k, v = self._repeat_kv(k), self._repeat_kv(v)
+        q, k, v = (ops.cast(x, "float32") for x in (q, k, v))
+        keep = None if key_padding is None else ops.cast(key_padding, "float32")[:, :, None, None]
+
+        state = None
+        if cache is not None:
+            self._check_cache(cache)
+            state = ops.cast(cache, "float32")
+        causal = use_causal_mask or cache is not None
+        outputs, state = self._linear_attention(q, k, v, keep, causal, state)
+        if query_mask is not None:
+            outputs = outputs * ops.cast(query_mask, outputs.dtype)[:, :, None, None]
+        shape = ops.shape(outputs)
+        outputs = ops.reshape(ops.cast(outputs, self.compute_dtype), (shape[0], shape[1], self.num_heads * self.value_dim))
+        outputs = self.output_dense(outputs)
+        if cache is not None:
+            return outputs, ops.cast(state, cache.dtype)
+        return outputs
+
+    def _key_features(self, k):
+        if self.feature_map == "elu":
+            return ops.elu(k) + 1.0
+        return ops.exp(ops.minimum(k, _MAX_EXP_KEY))
+
+    def _linear_attention(self, q, k, v, keep, causal, state):
+        """float32 `(B, T, N, Hv)` outputs and the state `(B, N, H, Hv + 1)` (or None)."""
+        if self.feature_map == "exp" and not causal:
+            # Shen et al.: softmax over the sequence for each key feature.
+            scores = k if keep is None else ops.where(keep > 0, k, -1e9)
+            k_features = ops.softmax(scores, axis=1)
+            q_features = ops.softmax(q, axis=-1)
+            context = ops.einsum("bsnh,bsnv->bnhv", k_features, v)
+            return ops.einsum("btnh,bnhv->btnv", q_features, context), None
+
+        k_features = self._key_features(k)
+        if keep is not None:
+            k_features = k_features * keep
+        q_features = ops.elu(q) + 1.0 if self.feature_map == "elu" else ops.softmax(q, axis=-1)
+        if not causal:  # Katharopoulos, non-causal
+            context = ops.einsum("bsnh,bsnv->bnhv", k_features, v)
+            normaliser = ops.einsum("btnh,bnh->btn", q_features, ops.sum(k_features, axis=1))
+            numerator = ops.einsum("btnh,bnhv->btnv", q_features, context)
+            return numerator / (normaliser[..., None] + self.epsilon), None
+
+        kv_state = None if state is None else state[..., :-1]
+        z_state = None if state is None else state[..., -1]
+        prefix = ops.cumsum(k_features, axis=1)  # [B, T, N, H]: sum of phi(k_j), j <= t
+        if z_state is not None:
+            prefix = prefix + z_state[:, None]
+        if self.feature_map == "exp":
+            # Causal softmax over the sequence: each key feature is normalised by
+            # its prefix sum at the query's position.
+            q_features = q_features / (prefix + self.epsilon)
+        numerator, kv_state = causal_linear_numerator(q_features, k_features, v, kv_state, self.chunk_size)
+        if self.feature_map == "elu":
+            normaliser = ops.sum(q_features * prefix, axis=-1)  # [B, T, N]
+            numerator = numerator / (normaliser[..., None] + self.epsilon)
+        z_final = prefix[:, -1]
+        return numerator, ops.concatenate([kv_state, z_final[..., None]], axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(feature_map=self.feature_map, chunk_size=self.chunk_size, epsilon=self.epsilon)
+        return config

@@ -1,0 +1,116 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from pipeline_runs import run_tfam, tiny_args
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, small_wikitext):
+    run = str(tmp_path_factory.mktemp("run") / "gpt2")
+    run_tfam(tiny_args(small_wikitext, run, **{"max-steps": 4, "backup-every": 2, "eval-every": 2}))
+    return run
+
+
+def _load(run):
+    from pipelines.commands import load_run
+
+    return load_run(run)
+
+
+def test_exported_signatures_match_the_model_in_a_tensorflow_only_process(trained_run, tmp_path):
+    export = os.path.join(trained_run, "export", "1")
+    assert os.path.isfile(os.path.join(export, "saved_model.pb"))
+    model, tokenizer = _load(trained_run)
+    prompts = np.array([[5, 17, 30, 2], [9, 4, 0, 0]], np.int32)
+    lengths = np.array([4, 2], np.int32)
+    expected_logits = np.asarray(model(prompts))[:, -1]
+    expected_greedy = model.generate([list(prompts[0]), list(prompts[1, :2])], max_new_tokens=6)
+    prompt_text = "the game"
+    ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt_text])).flat_values))
+    greedy_text_ids = model.generate([ids], 5)[0, len(ids):]
+    expected_text = tokenizer.detokenize(greedy_text_ids[None]).numpy()[0].decode()
+
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        import numpy as np
+        import tensorflow as tf
+        loaded = tf.saved_model.load({export!r})
+        sig = loaded.signatures
+        scalars = dict(temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0), seed=tf.constant(0))
+        logits = sig["serving_default"](token_ids=tf.constant({prompts.tolist()}, tf.int32))["logits"].numpy()
+        greedy = sig["generate"](token_ids=tf.constant({prompts.tolist()}, tf.int32), lengths=tf.constant({lengths.tolist()}),
+                                 max_new_tokens=tf.constant(6), **scalars)["token_ids"].numpy()
+        sampled = sig["generate"](token_ids=tf.constant({prompts.tolist()}, tf.int32), lengths=tf.constant({lengths.tolist()}),
+                                  max_new_tokens=tf.constant(6), temperature=tf.constant(0.8), top_k=tf.constant(20),
+                                  top_p=tf.constant(0.9), seed=tf.constant(3))["token_ids"].numpy()
+        text = sig["generate_text"](prompts=tf.constant([{prompt_text!r}]), max_new_tokens=tf.constant(5), **scalars)
+        modules = [m for m in ("keras_tfam", "keras_hub", "pipelines") if m in sys.modules]
+        print(json.dumps(dict(logits=logits.tolist(), greedy=greedy.tolist(), sampled=sampled.tolist(),
+                              text=text["completions"].numpy()[0].decode(), modules=modules, signatures=sorted(sig.keys()))))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["modules"] == []
+    assert out["signatures"] == ["generate", "generate_text", "serving_default"]
+    np.testing.assert_allclose(out["logits"], expected_logits, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(out["greedy"], expected_greedy)
+    sampled = np.array(out["sampled"])
+    np.testing.assert_array_equal(sampled[:, :2], prompts[:, :2])
+    assert sampled.shape == (2, 10) and np.all(sampled[1, 8:] == 0)
+    assert out["text"] == expected_text
+
+    cli = shutil.which("saved_model_cli", path=os.path.dirname(sys.executable))
+    shown = subprocess.run([cli, "show", "--dir", export, "--all"], capture_output=True, text=True, timeout=120)
+    for name in ("serving_default", "generate", "generate_text"):
+        assert f"signature_def['{name}']" in shown.stdout
+
+
+def test_cli_eval_generate_and_export(trained_run, small_wikitext, tmp_path):
+    result = run_tfam(["eval", trained_run, "--data-dir", small_wikitext, "--split", "test", "--sequence-length", "32"])
+    evaluation = json.loads(result.stdout.strip().splitlines()[-1])
+    with open(os.path.join(small_wikitext, "wiki.test.tokens")) as f:
+        lines = f.read().split("\n")[:-1]
+    assert evaluation["words"] == sum(len(line.split()) for line in lines) + len(lines)
+    assert evaluation["tokens"] == evaluation["words"]  # word-level tokenizer
+    assert np.isclose(evaluation["word_perplexity"], np.exp(evaluation["nll"] / evaluation["words"]))
+
+    result = run_tfam(["generate", trained_run, "--prompt", "the game", "--max-new-tokens", "5", "--sampler", "greedy"])
+    assert result.stdout.startswith("the game ")
+
+    target = str(tmp_path / "exports" / "7")
+    assert "-> " + target in run_tfam(["export", trained_run, "--out", target]).stdout
+    again = run_tfam(["export", trained_run, "--out", target], check=False)
+    assert again.returncode == 2 and "exists already" in again.stderr
+    run_tfam(["export", trained_run, "--out", target, "--overwrite"])
+    run_tfam(["export", trained_run, "--out", str(tmp_path / "exports")])
+    assert sorted(os.listdir(tmp_path / "exports")) == ["7", "8"]
+
+
+def test_failed_export_leaves_no_version_folder(trained_run, tmp_path, monkeypatch):
+    import keras
+
+    from pipelines import export
+
+    model, tokenizer = _load(trained_run)
+
+    def broken_write_out(self, path, **kwargs):
+        os.makedirs(os.path.join(path, "variables"))
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(keras.export.ExportArchive()), "write_out", broken_write_out)
+    with pytest.raises(OSError, match="disk full"):
+        export.export_model(model, str(tmp_path / "models"), tokenizer)
+    assert os.listdir(tmp_path / "models") == []
