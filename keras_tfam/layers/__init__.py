@@ -10,6 +10,10 @@ from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.normalization.rms_norm import RMSNorm
 from keras_tfam.layers.normalization.scale_norm import ScaleNorm
 from keras_tfam.layers.position.alibi_bias import ALiBiBias, alibi_slopes
+from keras_tfam.layers.set.isab import ISAB
+from keras_tfam.layers.set.mab import MAB
+from keras_tfam.layers.set.pma import PMA
+from keras_tfam.layers.set.sab import SAB
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.relative_position_bias import (
@@ -21,6 +25,10 @@ from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPo
 
 __all__ = [
     "ALiBiBias",
+    "ISAB",
+    "MAB",
+    "PMA",
+    "SAB",
     "AttentionPositionScheme",
     "FeedForward",
     "LinearAttention",
