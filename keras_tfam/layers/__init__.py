@@ -9,6 +9,9 @@ from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.normalization.rms_norm import RMSNorm
 from keras_tfam.layers.normalization.scale_norm import ScaleNorm
+from keras_tfam.layers.perceiver.cross_attention_block import CrossAttentionBlock
+from keras_tfam.layers.perceiver.perceiver_decoder import PerceiverDecoder
+from keras_tfam.layers.perceiver.perceiver_encoder import PerceiverEncoder
 from keras_tfam.layers.position.alibi_bias import ALiBiBias, alibi_slopes
 from keras_tfam.layers.set.isab import ISAB
 from keras_tfam.layers.set.mab import MAB
@@ -25,6 +28,9 @@ from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPo
 
 __all__ = [
     "ALiBiBias",
+    "CrossAttentionBlock",
+    "PerceiverDecoder",
+    "PerceiverEncoder",
     "ISAB",
     "MAB",
     "PMA",
