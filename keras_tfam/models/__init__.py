@@ -2,5 +2,6 @@
 
 from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+from keras_tfam.models.transformer import Transformer
 
-__all__ = ["GPT2LM", "GPT2_PRESETS"]
+__all__ = ["GPT2LM", "GPT2_PRESETS", "Transformer"]
