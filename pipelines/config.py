@@ -87,6 +87,13 @@ class TrainConfig:
         for name, ok, expected in checks:
             if not ok:
                 raise ValueError(f"Invalid config: `{name}` must be {expected}. Received: {name}={getattr(self, name)!r}")
+        for name in ("train_split", "eval_split"):
+            split = getattr(self, name)
+            if split not in ("train", "valid", "test", "validation") and not os.path.exists(split):
+                raise ValueError(
+                    f"Invalid config: `{name}` must be train, valid, test or the path of a text file or folder. "
+                    f"Received: {name}={split!r}"
+                )
         if self.data_dir is not None and not os.path.exists(self.data_dir):
             raise FileNotFoundError(f"Invalid config: data_dir {self.data_dir!r} does not exist")
         return self

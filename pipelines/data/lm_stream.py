@@ -77,3 +77,16 @@ def lm_dataset(
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.deterministic = True
     return dataset.with_options(options)
+
+
+def context_windows(tokens, context_length, start_id):
+    """`(windows (N, T), next_tokens (N,))`: one window per token of `tokens`.
+
+    Window `i` holds the `T` tokens before token `i`, the stream read as
+    preceded by `start_id` (left-filled with it where the stream is shorter),
+    so every token is predicted exactly once.
+    """
+    tokens = np.asarray(tokens, np.int32)
+    padded = np.concatenate([np.full(context_length, start_id, np.int32), tokens])
+    index = np.arange(tokens.size)[:, None] + np.arange(context_length)[None, :]
+    return padded[index], tokens

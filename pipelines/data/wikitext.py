@@ -20,7 +20,9 @@ HOW_TO_GET = (
 def canonical_split(split):
     split = SPLIT_ALIASES.get(split, split)
     if split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+        raise ValueError(
+            f"`split` must be one of {SPLITS} (or the path of a text file or folder). Received: split={split!r}"
+        )
     return split
 
 
@@ -80,7 +82,10 @@ def read_corpus(path):
 
 
 def split_lines(data_dir, split):
-    """Lines of a WikiText split (`data_dir` as in `find_split`), or of a text file/dir."""
+    """Lines of a split: any text file or directory given as `split` (or as `data_dir`),
+    else the WikiText split `split` of `data_dir` (as in `find_split`)."""
+    if split not in SPLITS and split not in SPLIT_ALIASES and os.path.exists(split):
+        return read_corpus(split)
     if data_dir and os.path.isfile(data_dir):
         return read_corpus(data_dir)
     return read_lines(find_split(data_dir, split))

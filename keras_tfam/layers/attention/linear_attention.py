@@ -5,7 +5,6 @@ from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.ops import masks as mask_ops
 
 FEATURE_MAPS = ("elu", "exp")
 # exp() of larger keys overflows float32; keys are clipped here (exp feature map).
@@ -155,13 +154,9 @@ class LinearAttention(MultiHeadAttention):
                 "LinearAttention supports padding masks and `use_causal_mask` only; it has no "
                 "attention_mask and no attention scores."
             )
-        query_mask = mask_ops.keras_mask(query) if query_mask is None else query_mask
-        if value is None:
-            value = query
-            value_mask = query_mask if value_mask is None and cache is None else value_mask
-        value_mask = mask_ops.keras_mask(value) if value_mask is None else value_mask
-        key = value if key is None else key
-        key_padding = mask_ops.merge_masks(value_mask, key_mask)
+        value, key, query_mask, key_padding = self._resolve_inputs(
+            query, value, key, query_mask, value_mask, key_mask, cache
+        )
         offset = 0 if cache_update_index is None else cache_update_index
 
         q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]

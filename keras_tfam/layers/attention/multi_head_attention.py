@@ -198,6 +198,24 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"key_dim={self.key_dim}, value_dim={self.value_dim}"
             )
 
+    def _resolve_inputs(self, query, value, key, query_mask, value_mask, key_mask, cache):
+        """`(value, key, query_mask, key_padding_mask)` with defaults and Keras masks filled in.
+
+        Keras fills in `*_mask` arguments only for layers called with several
+        tensors, so the Keras masks are read here, as Keras' own attention does.
+        In self-attention without a cache the keys share the queries' padding.
+        """
+        query_mask = mask_ops.keras_mask(query) if query_mask is None else query_mask
+        if value is None:
+            value = query
+            if value_mask is None and cache is None:
+                value_mask = query_mask
+        value_mask = mask_ops.keras_mask(value) if value_mask is None else value_mask
+        key = value if key is None else key
+        if key_mask is None and key is not value:
+            key_mask = mask_ops.keras_mask(key)
+        return value, key, query_mask, mask_ops.merge_masks(value_mask, key_mask)
+
     def call(
         self,
         query,
@@ -213,15 +231,9 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
-        # Keras fills in `*_mask` arguments only for layers called with several
-        # tensors, so read the Keras masks here as its own attention layer does.
-        query_mask = mask_ops.keras_mask(query) if query_mask is None else query_mask
-        if value is None:  # self-attention: keys share the queries' padding
-            value = query
-            value_mask = query_mask if value_mask is None else value_mask
-        value_mask = mask_ops.keras_mask(value) if value_mask is None else value_mask
-        key = value if key is None else key
-        key_mask = mask_ops.keras_mask(key) if key_mask is None and key is not value else key_mask
+        value, key, query_mask, key_padding_mask = self._resolve_inputs(
+            query, value, key, query_mask, value_mask, key_mask, cache
+        )
         query_heads = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
         query_offset = 0 if cache_update_index is None else cache_update_index
         if cache is not None:
@@ -247,7 +259,6 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = None
         if self.position is not None:
             bias = self.position.attention_bias(query_length, key_length, query_offset)
-        key_padding_mask = mask_ops.merge_masks(value_mask, key_mask)
         mask = mask_ops.merge_masks(
             mask_ops.padding_to_attention_mask(query_mask, key_padding_mask),
             attention_mask,

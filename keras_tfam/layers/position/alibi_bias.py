@@ -68,14 +68,6 @@ class ALiBiBias(AttentionPositionScheme):
         slopes = ops.convert_to_tensor(self.slopes)[:, None, None]  # [N, 1, 1]
         return ops.expand_dims(-slopes * distance, 0)  # [1, N, T, S]
 
-    def call(self, attention_scores, query_offset=0):
-        shape = ops.shape(attention_scores)
-        bias = self.attention_bias(shape[-2], shape[-1], query_offset)
-        return ops.cast(attention_scores, "float32") + bias
-
-    def compute_output_shape(self, attention_scores_shape):
-        return attention_scores_shape
-
     def get_config(self):
         config = super().get_config()
         config.update(num_heads=self.num_heads)

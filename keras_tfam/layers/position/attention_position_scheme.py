@@ -1,6 +1,7 @@
 """Base class of position schemes that act inside attention."""
 
 import keras
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -27,3 +28,12 @@ class AttentionPositionScheme(keras.layers.Layer):
     def attention_bias(self, query_length, key_length, query_offset=0, key_offset=0):
         """Returns a float32 bias broadcastable to `(B, N, T, S)`, or `None`."""
         return None
+
+    def call(self, attention_scores, query_offset=0):
+        """Bias schemes as a layer: `(B, N, T, S)` scores plus the bias, float32."""
+        shape = ops.shape(attention_scores)
+        bias = self.attention_bias(shape[-2], shape[-1], query_offset)
+        return ops.cast(attention_scores, "float32") + bias
+
+    def compute_output_shape(self, attention_scores_shape):
+        return attention_scores_shape

@@ -114,14 +114,6 @@ class RelativePositionBias(AttentionPositionScheme):
         bias = ops.take(ops.cast(self.embeddings, "float32"), buckets, axis=0)  # [T, S, N]
         return ops.expand_dims(ops.transpose(bias, (2, 0, 1)), 0)  # [1, N, T, S]
 
-    def call(self, attention_scores, query_offset=0):
-        shape = ops.shape(attention_scores)
-        bias = self.attention_bias(shape[-2], shape[-1], query_offset)
-        return ops.cast(attention_scores, "float32") + bias
-
-    def compute_output_shape(self, attention_scores_shape):
-        return attention_scores_shape
-
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -4,7 +4,7 @@ import os
 import pytest
 from shared_data import WIKITEXT2, requires_wikitext
 
-from pipelines.data.wikitext import count_words, find_split, read_corpus, read_lines, split_stats
+from pipelines.data.wikitext import count_words, find_split, read_corpus, read_lines, split_lines, split_stats
 
 
 @requires_wikitext
@@ -51,3 +51,5 @@ def test_any_text_file_or_directory(tmp_path):
     (tmp_path / "a.txt").write_text("first line\nmore")
     assert read_corpus(str(tmp_path)) == ["first line", "more", "second"]
     assert read_corpus(os.path.join(tmp_path, "b.txt")) == ["second"]
+    assert split_lines(None, str(tmp_path)) == ["first line", "more", "second"]
+    assert split_lines(str(tmp_path / "b.txt"), "train") == ["second"]
