@@ -53,12 +53,19 @@ def compile_model(model, steps):
 
 
 def nll_of_windows(model, windows, targets, gpt2):
+    if gpt2:  # only the last position's logits: the hidden states, then the tied head
+        hidden = keras.Model(model.input, model.final_norm.output)
+
+        @tf.function
+        def logits_of(x):
+            return model.logits(hidden(x, training=False)[:, -1])
+    else:
+        logits_of = tf.function(lambda x: model(x, training=False))
     total = 0.0
     for start in range(0, len(targets), 256):
-        x = windows[start : start + 256]
-        logits = model(x, training=False)
-        logits = logits[:, -1] if gpt2 else logits
-        total += float(tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(targets[start : start + 256], logits, from_logits=True)))
+        logits = logits_of(windows[start : start + 256])
+        nll = keras.losses.sparse_categorical_crossentropy(targets[start : start + 256], logits, from_logits=True)
+        total += float(tf.reduce_sum(nll))
     return total
 
 
