@@ -48,7 +48,7 @@ class TrainConfig:
     beta_2: float = 0.95
     clip_norm: float = 1.0
     gradient_accumulation_steps: int = 1
-    max_steps: int = 2000
+    max_steps: int = 600
     eval_every: int = 200
     backup_every: int = 50
     # Runtime.
