@@ -14,8 +14,24 @@ from pipeline_runs import run_tfam, tiny_args
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, small_wikitext):
     run = str(tmp_path_factory.mktemp("run") / "gpt2")
-    run_tfam(tiny_args(small_wikitext, run, **{"max-steps": 4, "backup-every": 2, "eval-every": 2}))
+    run_tfam(tiny_args(small_wikitext, run, **{"max-steps": 4, "backup-every": 2, "eval-every": 2,
+                                                "samples": 1, "sample-tokens": 4}))
     return run
+
+
+def _tags(folder):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(folder)
+    accumulator.Reload()
+    return set(accumulator.Tags().get("scalars", [])) | set(accumulator.Tags().get("tensors", []))
+
+
+def test_tensorboard_has_the_promised_series(trained_run):
+    logs = os.path.join(trained_run, "logs")
+    train, validation = _tags(os.path.join(logs, "train")), _tags(os.path.join(logs, "validation"))
+    assert {"learning_rate", "tokens_per_second", "epoch_loss"} <= train, train
+    assert {"loss", "token_perplexity", "word_perplexity", "sample_0"} <= validation, validation
 
 
 def _load(run):
