@@ -7,6 +7,7 @@ from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncode
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.set.pma import PMA
+from keras_tfam.utils import base_model_config, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -52,8 +53,7 @@ class AttentionPoolingLM(keras.Model):
             ("vocabulary_size", vocabulary_size), ("context_length", context_length), ("num_layers", num_layers),
             ("num_heads", num_heads), ("hidden_dim", hidden_dim),
         ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+            check_positive_int(name, value)
         intermediate_dim = intermediate_dim or 4 * hidden_dim
         initializer = keras.initializers.RandomNormal(stddev=0.02)
         self.token_embedding = TiedEmbedding(
@@ -90,9 +90,7 @@ class AttentionPoolingLM(keras.Model):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            **base_model_config(self),
             "vocabulary_size": self.vocabulary_size,
             "context_length": self.context_length,
             "num_layers": self.num_layers,

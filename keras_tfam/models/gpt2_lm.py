@@ -14,6 +14,7 @@ from keras_tfam.layers.position.alibi_bias import ALiBiBias
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+from keras_tfam.utils import base_model_config, check_positive_int
 
 POSITIONS = ("learned", "rotary", "alibi", "none")
 ATTENTIONS = ("softmax", "linear")
@@ -101,8 +102,7 @@ class GPT2LM(keras.Model):
             ("hidden_dim", hidden_dim),
             ("max_sequence_length", max_sequence_length),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+            check_positive_int(name, value)
         if hidden_dim % num_heads:
             raise ValueError(
                 "`hidden_dim` must be divisible by `num_heads`. Received: "
@@ -395,9 +395,7 @@ class GPT2LM(keras.Model):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            **base_model_config(self),
             "vocabulary_size": self.vocabulary_size,
             "num_layers": self.num_layers,
             "num_heads": self.num_heads,

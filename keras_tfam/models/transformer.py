@@ -11,6 +11,7 @@ from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncode
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_tfam.utils import base_model_config, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -66,8 +67,7 @@ class Transformer(keras.Model):
             ("vocabulary_size", vocabulary_size), ("num_layers", num_layers),
             ("num_heads", num_heads), ("hidden_dim", hidden_dim),
         ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+            check_positive_int(name, value)
         intermediate_dim = intermediate_dim or 4 * hidden_dim
         shared = target_vocabulary_size is None or target_vocabulary_size == vocabulary_size
         self.source_embedding = TiedEmbedding(
@@ -238,9 +238,7 @@ class Transformer(keras.Model):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            **base_model_config(self),
             "vocabulary_size": self.vocabulary_size,
             "num_layers": self.num_layers,
             "num_heads": self.num_heads,

@@ -10,11 +10,7 @@ from keras_tfam.ops.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-
-
-def _check_positive_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -103,19 +99,19 @@ class MultiHeadAttention(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_positive_int("num_heads", num_heads)
-        _check_positive_int("key_dim", key_dim)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("key_dim", key_dim)
         value_dim = key_dim if value_dim is None else value_dim
-        _check_positive_int("value_dim", value_dim)
+        check_positive_int("value_dim", value_dim)
         num_key_value_heads = num_heads if num_key_value_heads is None else num_key_value_heads
-        _check_positive_int("num_key_value_heads", num_key_value_heads)
+        check_positive_int("num_key_value_heads", num_key_value_heads)
         if num_heads % num_key_value_heads:
             raise ValueError(
                 "`num_heads` must be a multiple of `num_key_value_heads`. Received: "
                 f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
             )
         if output_dim is not None:
-            _check_positive_int("output_dim", output_dim)
+            check_positive_int("output_dim", output_dim)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
         if position is not None and not isinstance(position, AttentionPositionScheme):

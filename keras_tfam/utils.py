@@ -1,0 +1,18 @@
+"""Small helpers shared by the layers and models: argument checks, model configs."""
+
+import keras
+
+
+def check_positive_int(name, value):
+    """Raises a `ValueError` naming `name` unless `value` is an int >= 1 (not a bool)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def base_model_config(model):
+    """The `keras.Model` part of a functional-subclass model's config."""
+    return {
+        "name": model.name,
+        "trainable": model.trainable,
+        "dtype": keras.dtype_policies.serialize(model.dtype_policy),
+    }
