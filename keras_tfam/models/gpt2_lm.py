@@ -256,9 +256,14 @@ class GPT2LM(keras.Model):
         if not isinstance(prefill_length, int) or prefill_length > 0:
             _, caches = self.call_with_cache(tokens[:, :prefill_length], caches, 0)
 
+        # The tied head, transposed once per call rather than inside every step.
+        embedding = self.token_embedding
+        head = ops.transpose(ops.cast(embedding.embeddings, embedding.compute_dtype))  # [D, V]
+
         def step(token, caches, index):
             hidden, caches = self.call_with_cache(token, caches, index)
-            return self.logits(hidden[:, -1]), caches
+            logits = ops.matmul(ops.cast(hidden[:, -1], head.dtype), head)
+            return ops.cast(logits, embedding.logits_dtype), caches
 
         return decode(
             step, tokens, prompt_lengths, caches, max_new_tokens, sampler, seed, stop_token_ids, pad_token_id
