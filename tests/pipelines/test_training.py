@@ -152,3 +152,14 @@ def test_nan_never_overwrites_a_backup_or_the_best_checkpoint(tmp_path):
     assert (tmp_path / "backup" / "epoch-1.weights.h5").exists() and best.best == 2.0
     best.on_epoch_end(1, {"loss": 1.0, "val_loss": 3.0})
     assert BestCheckpoint(str(tmp_path / "best.keras")).best == 2.0
+
+
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_runs_end_to_end(tmp_path, small_wikitext, precision):
+    run = str(tmp_path / precision)
+    run_tfam(tiny_args(small_wikitext, run, **{"max-steps": 4, "backup-every": 2, "eval-every": 2,
+                                               "precision": precision, "samples": 1, "sample-tokens": 4}))
+    summary = _summary(run)
+    assert summary["steps"] == 4 and not summary["stopped_on_nan"]
+    assert np.isfinite(summary["validation"]["loss"]) and summary["validation"]["loss"] < 9.0
+    assert os.path.isfile(os.path.join(summary["export"], "saved_model.pb"))
