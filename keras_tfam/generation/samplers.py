@@ -11,6 +11,8 @@ through `get_sampler`.
 import keras
 import tensorflow as tf
 
+from keras_tfam.utils import check_positive_int
+
 
 class Sampler:
     """Base class: `sampler(logits (B, V) float32, seed (2,) int32) -> (B,) int32`.
@@ -67,8 +69,7 @@ class TopKSampler(Sampler):
 
     def __init__(self, k=50, temperature=1.0):
         super().__init__(temperature)
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"`k` must be a positive integer. Received: k={k!r}")
+        check_positive_int("k", k)
         self.k = k
 
     def filter(self, logits):

@@ -183,10 +183,8 @@ class Transformer(keras.Model):
         source = np.asarray(source, np.int32)
         if source.ndim != 2 or source.shape[1] == 0:
             raise ValueError(f"`source` must be a non-empty (batch, length) array. Received shape {source.shape}")
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}")
-        if not isinstance(max_length, int) or max_length < 1:
-            raise ValueError(f"`max_length` must be a positive integer. Received: max_length={max_length!r}")
+        check_positive_int("beam_size", beam_size)
+        check_positive_int("max_length", max_length)
         batch = source.shape[0]
         _, cross = self.encode(source)
         source_padding = source != self.pad_token_id

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
+from keras_tfam.utils import check_positive_int
 
 FEATURE_MAPS = ("elu", "exp")
 # exp() of larger keys overflows float32; keys are clipped here (exp feature map).
@@ -101,8 +102,7 @@ class LinearAttention(MultiHeadAttention):
         super().__init__(num_heads, key_dim, **kwargs)
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}. Received: feature_map={feature_map!r}")
-        if not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"`chunk_size` must be a positive integer. Received: chunk_size={chunk_size!r}")
+        check_positive_int("chunk_size", chunk_size)
         if self.position is not None and (
             type(self.position).attention_bias is not AttentionPositionScheme.attention_bias
         ):

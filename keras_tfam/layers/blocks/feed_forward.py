@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_tfam.utils import check_positive_int
+
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "geglu", "swiglu")
 _GATED = {"geglu": "gelu", "swiglu": "silu"}
 
@@ -64,10 +66,7 @@ class FeedForward(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(intermediate_dim, int) or intermediate_dim < 1:
-            raise ValueError(
-                f"`intermediate_dim` must be a positive integer. Received: intermediate_dim={intermediate_dim!r}"
-            )
+        check_positive_int("intermediate_dim", intermediate_dim)
         if activation not in ACTIVATIONS:
             raise ValueError(f"`activation` must be one of {ACTIVATIONS}. Received: activation={activation!r}")
         if output_dim is not None and (not isinstance(output_dim, int) or output_dim < 1):

@@ -5,6 +5,7 @@ import keras
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
 from keras_tfam.layers.normalization.get_norm import check_norm, get_norm
+from keras_tfam.utils import check_positive_int
 
 NORM_POSITIONS = ("pre", "post")
 
@@ -38,12 +39,8 @@ class TransformerBlockBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"`num_heads` must be a positive integer. Received: num_heads={num_heads!r}")
-        if not isinstance(intermediate_dim, int) or intermediate_dim < 1:
-            raise ValueError(
-                f"`intermediate_dim` must be a positive integer. Received: intermediate_dim={intermediate_dim!r}"
-            )
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("intermediate_dim", intermediate_dim)
         for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={rate}")

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_tfam.utils import check_positive_int
+
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class TiedEmbedding(keras.layers.Layer):
@@ -44,8 +46,7 @@ class TiedEmbedding(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         for name, value in (("vocabulary_size", vocabulary_size), ("output_dim", output_dim)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+            check_positive_int(name, value)
         self.vocabulary_size = vocabulary_size
         self.output_dim = output_dim
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)

@@ -4,6 +4,7 @@ import keras
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
+from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -38,8 +39,7 @@ class CrossAttentionBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, intermediate_dim=None, use_query_residual=True, activation="gelu", dropout=0.0, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"`num_heads` must be a positive integer. Received: num_heads={num_heads!r}")
+        check_positive_int("num_heads", num_heads)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.use_query_residual = use_query_residual

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.perceiver.cross_attention_block import CrossAttentionBlock
+from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -54,8 +55,7 @@ class PerceiverEncoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         for name, value in (("num_latents", num_latents), ("latent_dim", latent_dim)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+            check_positive_int(name, value)
         self.num_latents = num_latents
         self.latent_dim = latent_dim
         self.num_self_attention_layers = num_self_attention_layers

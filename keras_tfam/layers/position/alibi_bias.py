@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
 from keras_tfam.ops.masks import _relative_distance
+from keras_tfam.utils import check_positive_int
 
 
 def alibi_slopes(num_heads):
@@ -56,8 +57,7 @@ class ALiBiBias(AttentionPositionScheme):
 
     def __init__(self, num_heads, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"`num_heads` must be a positive integer. Received: num_heads={num_heads}")
+        check_positive_int("num_heads", num_heads)
         self.num_heads = num_heads
         self.slopes = alibi_slopes(num_heads)
         self.built = True

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_tfam.utils import check_positive_int
+
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class PositionEmbedding(keras.layers.Layer):
@@ -28,10 +30,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(sequence_length, int) or sequence_length < 1:
-            raise ValueError(
-                f"`sequence_length` must be a positive integer. Received: sequence_length={sequence_length}"
-            )
+        check_positive_int("sequence_length", sequence_length)
         self.sequence_length = sequence_length
         self.initializer = keras.initializers.get(initializer)
 

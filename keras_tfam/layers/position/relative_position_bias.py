@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
 from keras_tfam.ops.masks import _relative_distance
+from keras_tfam.utils import check_positive_int
 
 
 def relative_position_buckets(distance, bidirectional=True, num_buckets=32, max_distance=128):
@@ -79,8 +80,7 @@ class RelativePositionBias(AttentionPositionScheme):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"`num_heads` must be a positive integer. Received: num_heads={num_heads}")
+        check_positive_int("num_heads", num_heads)
         min_buckets = 4 if bidirectional else 2
         if not isinstance(num_buckets, int) or num_buckets < min_buckets:
             raise ValueError(

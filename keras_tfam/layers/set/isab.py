@@ -3,6 +3,7 @@
 import keras
 
 from keras_tfam.layers.set.mab import MAB
+from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -32,8 +33,7 @@ class ISAB(keras.layers.Layer):
 
     def __init__(self, num_heads, num_inducing, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(num_inducing, int) or num_inducing < 1:
-            raise ValueError(f"`num_inducing` must be a positive integer. Received: num_inducing={num_inducing!r}")
+        check_positive_int("num_inducing", num_inducing)
         self.num_heads = num_heads
         self.num_inducing = num_inducing
         self.intermediate_dim = intermediate_dim

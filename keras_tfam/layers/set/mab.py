@@ -4,6 +4,7 @@ import keras
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
+from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -36,8 +37,7 @@ class MAB(keras.layers.Layer):
 
     def __init__(self, num_heads, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"`num_heads` must be a positive integer. Received: num_heads={num_heads!r}")
+        check_positive_int("num_heads", num_heads)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.use_layer_norm = use_layer_norm

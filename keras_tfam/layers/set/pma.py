@@ -4,6 +4,7 @@ import keras
 
 from keras_tfam.layers.blocks.feed_forward import FeedForward
 from keras_tfam.layers.set.mab import MAB
+from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -33,8 +34,7 @@ class PMA(keras.layers.Layer):
 
     def __init__(self, num_heads, num_seeds, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(num_seeds, int) or num_seeds < 1:
-            raise ValueError(f"`num_seeds` must be a positive integer. Received: num_seeds={num_seeds!r}")
+        check_positive_int("num_seeds", num_seeds)
         self.num_heads = num_heads
         self.num_seeds = num_seeds
         self.intermediate_dim = intermediate_dim
