@@ -12,12 +12,45 @@ FEATURE_MAPS = ("elu", "exp")
 _MAX_EXP_KEY = 60.0
 
 
+def prefix_sum(x, axis=1, block=16):
+    """Inclusive prefix sum along `axis`, in time linear in its length.
+
+    Sums inside blocks of `block` positions are products with a
+    lower-triangular matrix of ones, and the block totals are summed the same
+    way, recursively. `ops.cumsum` computes the same values, but XLA lowers it
+    to a reduce-window whose cost on CPU grows faster than the length
+    (measured: 33x the time for 16x the chunks). Falls back to `ops.cumsum`
+    when the length is not static.
+    """
+    length = x.shape[axis]
+    if length is None:
+        return ops.cumsum(x, axis=axis)
+    moved = ops.moveaxis(x, axis, 0)
+    sums = _prefix_sum_rows(ops.reshape(moved, (length, -1)), block)
+    return ops.moveaxis(ops.reshape(sums, ops.shape(moved)), 0, axis)
+
+
+def _prefix_sum_rows(rows, block):
+    """Prefix sums down the rows of a `(n, M)` matrix with static `n`."""
+    n = rows.shape[0]
+    if n <= block:
+        return ops.matmul(ops.tril(ops.ones((n, n), rows.dtype)), rows)
+    groups = -(-n // block)
+    blocks = ops.reshape(ops.pad(rows, [[0, groups * block - n], [0, 0]]), (groups, block, -1))
+    inner = ops.einsum("ij,gjm->gim", ops.tril(ops.ones((block, block), rows.dtype)), blocks)
+    totals = inner[:, -1]
+    carried = _prefix_sum_rows(totals, block) - totals  # sum of the earlier blocks
+    return ops.reshape(inner + carried[:, None], (groups * block, -1))[:n]
+
+
 def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
     """`sum_{j <= t} (q_t . k_j) v_j` for every `t`, in chunks, plus the final state.
 
     Within a chunk of `L` positions the products are computed directly (an
     `L x L` lower-triangular block); across chunks through prefix sums of the
-    chunk states `sum_j k_j v_j^T`, so memory grows linearly with the sequence.
+    chunk states `sum_j k_j v_j^T`, so time and memory grow linearly with the
+    sequence. Heads are moved next to the batch so that every product is a
+    plain batched matmul.
 
     Args:
         query, key: `(B, T, N, H)` non-negative features.
@@ -33,26 +66,24 @@ def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
     shape = ops.shape(query)
     batch, steps, heads = shape[0], shape[1], shape[2]
     padded = (steps + chunk - 1) // chunk * chunk
-    pad = [[0, 0], [0, padded - steps], [0, 0], [0, 0]]
-    q, k, v = (ops.pad(x, pad) for x in (query, key, value))
-    chunks = padded // chunk
+    chunks = padded // chunk if length is None else -(-length // chunk)
 
-    def split(x):
-        return ops.reshape(x, (batch, chunks, chunk, heads, x.shape[-1]))
+    def split(x):  # (B, T, N, H) -> (B, N, C, L, H)
+        x = ops.pad(x, [[0, 0], [0, padded - steps], [0, 0], [0, 0]])
+        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, heads, chunks, chunk, x.shape[-1]))
 
-    q, k, v = split(q), split(k), split(v)
-    chunk_states = ops.einsum("bclnh,bclnv->bcnhv", k, v)
-    inclusive = ops.cumsum(chunk_states, axis=1)
+    q, k, v = split(query), split(key), split(value)
+    chunk_states = ops.matmul(ops.swapaxes(k, -1, -2), v)  # (B, N, C, H, Hv)
+    inclusive = prefix_sum(chunk_states, axis=2)
     exclusive = inclusive - chunk_states
     if state is not None:
-        exclusive = exclusive + ops.expand_dims(state, 1)
-    inter = ops.einsum("bclnh,bcnhv->bclnv", q, exclusive)
-    lower = ops.cast(ops.tril(ops.ones((chunk, chunk))), q.dtype)
-    scores = ops.einsum("bclnh,bcmnh->bcnlm", q, k) * lower
-    intra = ops.einsum("bcnlm,bcmnv->bclnv", scores, v)
-    outputs = ops.reshape(inter + intra, (batch, padded, heads, value.shape[-1]))[:, :steps]
-    final = inclusive[:, -1] if state is None else inclusive[:, -1] + state
-    return outputs, final
+        exclusive = exclusive + state[:, :, None]
+    lower = ops.tril(ops.ones((chunk, chunk), q.dtype))
+    scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) * lower  # (B, N, C, L, L)
+    outputs = ops.matmul(q, exclusive) + ops.matmul(scores, v)  # (B, N, C, L, Hv)
+    outputs = ops.reshape(outputs, (batch, heads, padded, value.shape[-1]))[:, :, :steps]
+    final = inclusive[:, :, -1] if state is None else inclusive[:, :, -1] + state
+    return ops.transpose(outputs, (0, 2, 1, 3)), final
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -202,27 +233,28 @@ class LinearAttention(MultiHeadAttention):
         if keep is not None:
             k_features = k_features * keep
         q_features = ops.elu(q) + 1.0 if self.feature_map == "elu" else ops.softmax(q, axis=-1)
+        # A column of ones appended to the values carries the key sums through
+        # the same products: the normaliser phi(q) . sum phi(k) of the elu
+        # form, and `z` of the recurrent state.
+        v = ops.concatenate([v, ops.ones_like(v[..., :1])], axis=-1)
         if not causal:  # Katharopoulos, non-causal
-            context = ops.einsum("bsnh,bsnv->bnhv", k_features, v)
-            normaliser = ops.einsum("btnh,bnh->btn", q_features, ops.sum(k_features, axis=1))
-            numerator = ops.einsum("btnh,bnhv->btnv", q_features, context)
-            return numerator / (normaliser[..., None] + self.epsilon), None
+            heads_first = [ops.transpose(x, (0, 2, 1, 3)) for x in (q_features, k_features, v)]
+            q_features, k_features, v = heads_first  # (B, N, T, H): plain batched matmuls
+            numerator = ops.matmul(q_features, ops.matmul(ops.swapaxes(k_features, -1, -2), v))
+            numerator = ops.transpose(numerator, (0, 2, 1, 3))
+            return numerator[..., :-1] / (numerator[..., -1:] + self.epsilon), None
 
-        kv_state = None if state is None else state[..., :-1]
-        z_state = None if state is None else state[..., -1]
-        prefix = ops.cumsum(k_features, axis=1)  # [B, T, N, H]: sum of phi(k_j), j <= t
-        if z_state is not None:
-            prefix = prefix + z_state[:, None]
         if self.feature_map == "exp":
             # Causal softmax over the sequence: each key feature is normalised by
-            # its prefix sum at the query's position.
+            # its sum over the positions up to the query's.
+            prefix = prefix_sum(k_features, axis=1)  # (B, T, N, H)
+            if state is not None:
+                prefix = prefix + state[:, None, :, :, -1]
             q_features = q_features / (prefix + self.epsilon)
-        numerator, kv_state = causal_linear_numerator(q_features, k_features, v, kv_state, self.chunk_size)
-        if self.feature_map == "elu":
-            normaliser = ops.sum(q_features * prefix, axis=-1)  # [B, T, N]
-            numerator = numerator / (normaliser[..., None] + self.epsilon)
-        z_final = prefix[:, -1]
-        return numerator, ops.concatenate([kv_state, z_final[..., None]], axis=-1)
+        numerator, state = causal_linear_numerator(q_features, k_features, v, state, self.chunk_size)
+        if self.feature_map == "exp":
+            return numerator[..., :-1], state
+        return numerator[..., :-1] / (numerator[..., -1:] + self.epsilon), state
 
     def get_config(self):
         config = super().get_config()

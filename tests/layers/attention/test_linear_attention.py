@@ -4,7 +4,7 @@ from harness import LayerHarness
 from reference import dense, softmax
 
 from keras_tfam.layers import ALiBiBias, LinearAttention, RotaryEmbedding
-from keras_tfam.layers.attention.linear_attention import causal_linear_numerator
+from keras_tfam.layers.attention.linear_attention import causal_linear_numerator, prefix_sum
 
 rng = np.random.default_rng(0)
 
@@ -96,6 +96,22 @@ def test_chunked_numerator_equals_masked_products():
     expected = np.einsum("btnh,bsnh,ts,bsnv->btnv", q, k, np.tril(np.ones((10, 10))), v)
     np.testing.assert_allclose(numerator, expected, rtol=1e-6)
     np.testing.assert_allclose(state, np.einsum("bsnh,bsnv->bnhv", k, v), rtol=1e-6)
+
+
+@pytest.mark.parametrize("length", [1, 5, 16, 17, 300])  # one block, ragged, two and three levels
+def test_prefix_sum_equals_cumsum(length):
+    x = rng.normal(size=(2, length, 3)).astype("float32")
+    block = 4 if length < 100 else 16
+    np.testing.assert_allclose(prefix_sum(x, axis=1, block=block), np.cumsum(x, axis=1), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(prefix_sum(x, axis=-1), np.cumsum(x, axis=-1), rtol=1e-5, atol=1e-5)
+
+
+def test_prefix_sum_of_a_dynamic_length_in_a_graph():
+    import tensorflow as tf
+
+    summed = tf.function(lambda x: prefix_sum(x, axis=1), input_signature=[tf.TensorSpec((None, None, 2))])
+    x = rng.normal(size=(1, 37, 2)).astype("float32")
+    np.testing.assert_allclose(summed(x), np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
 
 
 def test_causality_and_padding():
