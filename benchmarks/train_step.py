@@ -7,7 +7,9 @@ AdamW, sparse categorical cross-entropy from logits, `jit_compile=True` for both
 the same weights (copied from keras-hub) and the same batches. Also prints the
 achieved GFLOP/s (6 x matmul parameters per token + 12 x layers x length x width
 for attention, forward and backward) as a share of the float32 matmul peak
-measured in the same run.
+measured in the same run, and the same for a floor: the step's matmuls alone
+(forward and both backward products of every weight matrix, attention's batched
+products), without anything else a training step does.
 """
 
 import argparse
@@ -43,6 +45,45 @@ def matmul_peak(n=2048):
     f = tf.function(lambda: tf.matmul(a, b))
     seconds = median_seconds(lambda: f().numpy(), warmup=2, repeats=10)
     return 2 * n**3 / seconds / 1e9
+
+
+def matmul_floor_seconds(batch, length, width, layers, heads, vocab):
+    """Seconds for the training step's matmuls alone, in one XLA function.
+
+    For every weight `W (din, dout)` applied to `batch * length` rows: `X W`,
+    `dY W^T` and `X^T dY`; per layer the six batched attention products
+    (scores, weighted values and their four gradients). Each product is
+    summed so that XLA cannot drop it.
+    """
+    rows = batch * length
+    shapes = [(width, 3 * width), (width, width), (width, 4 * width), (4 * width, width)] * layers
+    shapes.append((width, vocab))  # the tied head
+    weights = [tf.random.normal(shape) for shape in shapes]
+    activations = {d: tf.random.normal((rows, d)) for shape in shapes for d in shape}
+    heads_shape = (batch, heads, length, width // heads)
+    q, k, v = (tf.random.normal(heads_shape) for _ in range(3))
+
+    @tf.function(jit_compile=True)
+    def step():
+        total = 0.0
+        for w in weights:
+            x, dy = activations[w.shape[0]], activations[w.shape[1]]
+            for product in (x @ w, dy @ tf.transpose(w), tf.transpose(x) @ dy):
+                total += tf.reduce_sum(product)
+        for _ in range(layers):
+            scores = tf.matmul(q, k, transpose_b=True)  # also stands for the score gradient
+            products = (
+                scores,
+                scores @ v,
+                tf.matmul(q, v, transpose_b=True),  # d(weights) = d(out) v^T
+                tf.matmul(scores, q, transpose_a=True),  # d(values) = weights^T d(out)
+                scores @ k,  # d(queries)
+                tf.matmul(scores, q, transpose_a=True),  # d(keys)
+            )
+            total += sum(tf.reduce_sum(product) for product in products)
+        return total
+
+    return median_seconds(lambda: step().numpy(), warmup=2, repeats=5)
 
 
 def tokens_per_second(model, x, y, batch):
@@ -82,6 +123,9 @@ def main():
     print(f"machine: {machine()}")
     print(f"config: {layers} layers, width {width}, vocab {vocab}; batch {args.batch} x {args.length}, AdamW, jit")
     print(f"float32 matmul peak (2048^3, same run): {peak:.1f} GFLOP/s")
+    floor = args.batch * args.length / matmul_floor_seconds(args.batch, args.length, width, layers, 4, vocab)
+    gflops = floor * flops_per_token / 1e9
+    print(f"{'matmuls only':10}  {floor:9.0f} tokens/s  {gflops:6.1f} GFLOP/s  {100 * gflops / peak:5.1f}% of peak  (floor)")
     results = {}
     for name, model in (("keras-hub", theirs), ("keras_tfam", ours)):
         results[name] = tokens_per_second(model, x, y, args.batch)

@@ -7,6 +7,11 @@ position `i` each step. A row still inside its prompt keeps its prompt token
 sampled token. So all rows share one cache update index, the cache is static,
 and nothing is recompiled per prompt length.
 
+With a static buffer length the loop can run in segments (`segment_ends`):
+the caches start short and grow between segments (`resize_state`), so a step
+early in the buffer reads only the keys and values of a short cache rather
+than of the whole buffer.
+
 The loop body is TensorFlow (`tf.while_loop`, stateless sampling) so the same
 function runs compiled with XLA in `generate`, and inside an exported
 SavedModel without XLA.
@@ -25,6 +30,8 @@ def decode(
     seed,
     stop_token_ids=None,
     pad_token_id=0,
+    segment_ends=(),
+    resize_state=None,
 ):
     """Fills `tokens` position by position after each row's prompt.
 
@@ -43,6 +50,11 @@ def decode(
         stop_token_ids: `(S,)` int32; a row that samples one of them keeps it
             and is padded from then on.
         pad_token_id: fills rows that stopped and positions never generated.
+        segment_ends: increasing positions `< L` at which the loop pauses to
+            call `resize_state(state, next_end)`; `state` must hold positions
+            below the first end (the last segment ends at `L`).
+        resize_state: `resize_state(state, length) -> state` with room for
+            `length` positions.
 
     Returns:
         `(B, L)` int32: prompts followed by the generated tokens.
@@ -81,7 +93,15 @@ def decode(
         )
         return index + 1, tokens, state, done
 
-    start = tf.reduce_min(prompt_lengths)
+    index = tf.reduce_min(prompt_lengths)
     done = tf.zeros([batch_size], tf.bool)
-    _, tokens, _, _ = tf.while_loop(cond, body, (start, tokens, state, done))
+    ends = list(segment_ends) + [buffer_length]
+    for i, end in enumerate(ends):
+        if i:
+            state = resize_state(state, end)
+
+        def segment_cond(index, tokens, state, done, end=end):
+            return tf.logical_and(index < end, cond(index, tokens, state, done))
+
+        index, tokens, state, done = tf.while_loop(segment_cond, body, (index, tokens, state, done))
     return tokens

@@ -29,6 +29,26 @@ def _attention_position(position, num_heads):
     return None
 
 
+def _cache_segments(prefill_length, buffer_length, shortest=64):
+    """Where the decoding loop grows the caches: lengths doubling from `shortest`.
+
+    Attention over a cache reads all of it, so a step at position `i` of a
+    long buffer costs as much as the last one. Growing the caches in doubling
+    segments keeps each step's cache under twice the positions it needs, at
+    the price of one compiled loop body per segment. Nothing to segment when
+    the lengths are not static (as in an exported SavedModel).
+    """
+    if not isinstance(prefill_length, int) or buffer_length is None:
+        return []
+    ends, end = [], shortest
+    while end < prefill_length:
+        end *= 2
+    while end < buffer_length:
+        ends.append(end)
+        end *= 2
+    return ends
+
+
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class GPT2LM(keras.Model):
     """A GPT-2 decoder LM: `token_ids (B, T)` -> float32 next-token logits `(B, T, V)`.
@@ -213,6 +233,13 @@ class GPT2LM(keras.Model):
             for block in self.transformer_blocks
         )
 
+    def resize_cache(self, caches, max_length):
+        """The caches of `init_cache` grown to `max_length` positions."""
+        return tuple(
+            block.self_attention_layer.resize_cache(cache, max_length)
+            for block, cache in zip(self.transformer_blocks, caches)
+        )
+
     def call_with_cache(self, token_ids, caches, cache_update_index):
         """Runs `token_ids (B, T)` at positions `cache_update_index ..`.
 
@@ -252,7 +279,8 @@ class GPT2LM(keras.Model):
         from keras_tfam.generation.decoding import decode
 
         batch_size, buffer_length = tf.shape(tokens)[0], tf.shape(tokens)[1]
-        caches = self.init_cache(batch_size, buffer_length)
+        segment_ends = _cache_segments(prefill_length, tokens.shape[1])
+        caches = self.init_cache(batch_size, segment_ends[0] if segment_ends else buffer_length)
         if not isinstance(prefill_length, int) or prefill_length > 0:
             _, caches = self.call_with_cache(tokens[:, :prefill_length], caches, 0)
 
@@ -266,7 +294,8 @@ class GPT2LM(keras.Model):
             return ops.cast(logits, embedding.logits_dtype), caches
 
         return decode(
-            step, tokens, prompt_lengths, caches, max_new_tokens, sampler, seed, stop_token_ids, pad_token_id
+            step, tokens, prompt_lengths, caches, max_new_tokens, sampler, seed, stop_token_ids, pad_token_id,
+            segment_ends=segment_ends, resize_state=self.resize_cache,
         )
 
     def _generate_function(self, sampler, prefill_length, jit_compile, pad_token_id):

@@ -153,6 +153,10 @@ class LinearAttention(MultiHeadAttention):
         """The empty recurrent state `(B, N, H, Hv + 1)` (`max_length` is not needed)."""
         return ops.zeros((batch_size, self.num_heads, self.key_dim, self.value_dim + 1), dtype)
 
+    def resize_cache(self, cache, max_length):
+        """The recurrent state does not grow with the length: returned as is."""
+        return cache
+
     def _check_cache(self, cache):
         expected = (self.num_heads, self.key_dim, self.value_dim + 1)
         if len(cache.shape) != 4 or tuple(cache.shape[1:]) != expected:

@@ -276,6 +276,11 @@ class MultiHeadAttention(keras.layers.Layer):
         """An empty KV cache `(B, 2, max_length, K, H)` for decoding."""
         return ops.zeros((batch_size, 2, max_length, self.num_key_value_heads, self.key_dim), dtype)
 
+    def resize_cache(self, cache, max_length):
+        """The cache grown to `max_length` positions (new positions empty)."""
+        grow = max_length - ops.shape(cache)[2]
+        return ops.pad(cache, [[0, 0], [0, 0], [0, grow], [0, 0], [0, 0]])
+
     def compute_key_value_cache(self, key, value=None):
         """Projects a source once for cross-attention decoding.
 
