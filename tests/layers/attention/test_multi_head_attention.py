@@ -54,6 +54,24 @@ def test_self_attention_matches_numpy_with_masks(num_kv_heads):
     np.testing.assert_allclose(np.asarray(out)[1, 4:], np.broadcast_to(_weights(layer)[-1], (2, 16)), atol=1e-6)
 
 
+@pytest.mark.parametrize("num_kv_heads", [4, 2])
+def test_long_causal_self_attention_in_query_blocks_matches_numpy(num_kv_heads):
+    # From 128 positions on, causal self-attention runs in 4 query blocks (here
+    # uneven: 130 positions), with padding, an explicit mask and ALiBi sliced per block.
+    length = 130
+    x = rng.normal(size=(2, length, 16)).astype("float32")
+    padding = np.ones((2, length), bool)
+    padding[1, 100:] = False
+    extra = rng.random((2, length, length)) > 0.2
+    layer = MultiHeadAttention(4, 4, num_key_value_heads=num_kv_heads, position=ALiBiBias(4))
+    out = layer(x, query_mask=padding, value_mask=padding, attention_mask=extra, use_causal_mask=True)
+    mask = np.tril(np.ones((length, length), bool))[None] & padding[:, None, :] & padding[:, :, None] & extra
+    i, j = np.meshgrid(np.arange(length), np.arange(length), indexing="ij")
+    bias = (-alibi_slopes(4)[:, None, None] * np.abs(i - j))[None]
+    expected = multi_head_attention(x, x, _weights(layer), 4, num_kv_heads, mask, bias)
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
 def test_cross_attention_different_lengths():
     q = rng.normal(size=(2, 3, 16)).astype("float32")
     src = rng.normal(size=(2, 9, 10)).astype("float32")
