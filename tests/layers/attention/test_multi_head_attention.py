@@ -206,6 +206,22 @@ def test_mixed_float16_fully_masked_rows():
     np.testing.assert_allclose(out[1], np.broadcast_to(np.asarray(layer.output_dense.bias), (5, 16)), atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_query_blocks_with_padded_rows(dtype):
+    # 160 positions (query blocks) in half precision; the padded rows see no key.
+    x = rng.normal(size=(2, 160, 16)).astype("float32")
+    padding = np.ones((2, 160), bool)
+    padding[1, 90:] = False
+    layer = MultiHeadAttention(4, 4, dtype=dtype)
+    out = np.asarray(layer(x, query_mask=padding, value_mask=padding, use_causal_mask=True)).astype("float32")
+    assert np.all(np.isfinite(out))
+    reference = MultiHeadAttention(4, 4)
+    reference.build(x.shape)
+    reference.set_weights(layer.get_weights())
+    expected = np.asarray(reference(x, query_mask=padding, value_mask=padding, use_causal_mask=True))
+    np.testing.assert_allclose(out, expected, atol=0.05 if dtype == "mixed_bfloat16" else 5e-3)
+
+
 def test_dropout_only_in_training():
     x = rng.normal(size=(2, 5, 16)).astype("float32")
     layer = MultiHeadAttention(4, 4, dropout=0.5)
