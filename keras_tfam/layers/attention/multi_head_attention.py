@@ -62,7 +62,12 @@ class MultiHeadAttention(keras.layers.Layer):
     queries attend to the whole cache (use the causal mask, or an attention
     mask, to hide slots not yet written). A cache passed without an update
     index is used as it is: the precomputed keys and values of a
-    cross-attention source.
+    cross-attention source. `resize_cache` grows a cache, so decoding can
+    start with a short one and attend over fewer slots.
+
+    Causal self-attention over 128 positions or more (static lengths, no
+    cache) runs in 4 blocks of queries, each over the keys up to its last
+    position: the score blocks above the diagonal, all masked, are skipped.
 
     Subclasses that change how attention is computed (linear attention, ...)
     override `_compute_attention`.
