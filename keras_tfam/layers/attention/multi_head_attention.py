@@ -300,13 +300,12 @@ class MultiHeadAttention(keras.layers.Layer):
                         query_heads[:, start:stop],
                         key_heads[:, :stop],
                         value_heads[:, :stop],
-                        None if query_mask is None else query_mask[:, start:stop],
-                        None if key_padding_mask is None else key_padding_mask[:, :stop],
-                        _mask_block(attention_mask, start, stop),
-                        True,
-                        start,
-                        training,
-                        False,
+                        query_mask=None if query_mask is None else query_mask[:, start:stop],
+                        key_padding_mask=None if key_padding_mask is None else key_padding_mask[:, :stop],
+                        attention_mask=_mask_block(attention_mask, start, stop),
+                        causal=True,
+                        query_offset=start,
+                        training=training,
                     )[0]
                     for start, stop in blocks
                 ],
@@ -318,13 +317,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 query_heads,
                 key_heads,
                 value_heads,
-                query_mask,
-                key_padding_mask,
-                attention_mask,
-                use_causal_mask,
-                query_offset,
-                training,
-                return_attention_scores,
+                query_mask=query_mask,
+                key_padding_mask=key_padding_mask,
+                attention_mask=attention_mask,
+                causal=use_causal_mask,
+                query_offset=query_offset,
+                training=training,
+                return_attention_scores=return_attention_scores,
             )
         shape = ops.shape(outputs)
         outputs = ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim))
@@ -336,8 +335,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return outputs
 
     def _attend(
-        self, query, key, value, query_mask, key_padding_mask, attention_mask, causal, query_offset, training,
-        return_attention_scores,
+        self, query, key, value, *, query_mask, key_padding_mask, attention_mask, causal, query_offset, training,
+        return_attention_scores=False,
     ):
         """Position bias and merged masks for `(B, T, N, H)` queries at `query_offset ..`, then attention."""
         query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
@@ -357,6 +356,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def resize_cache(self, cache, max_length):
         """The cache grown to `max_length` positions (new positions empty)."""
+        if isinstance(max_length, int) and cache.shape[2] is not None and max_length < cache.shape[2]:
+            raise ValueError(
+                "`resize_cache` only grows a cache. Received: max_length="
+                f"{max_length} for a cache of {cache.shape[2]} positions"
+            )
         grow = max_length - ops.shape(cache)[2]
         return ops.pad(cache, [[0, 0], [0, 0], [0, grow], [0, 0], [0, 0]])
 

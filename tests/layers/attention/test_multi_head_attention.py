@@ -253,6 +253,16 @@ def test_bad_constructor_arguments(kwargs, match):
         MultiHeadAttention(**kwargs)
 
 
+def test_resize_cache_grows_and_keeps_the_written_positions():
+    layer = MultiHeadAttention(2, 4)
+    cache = rng.normal(size=(1, 2, 3, 2, 4)).astype("float32")
+    grown = np.asarray(layer.resize_cache(cache, 5))
+    np.testing.assert_array_equal(grown[:, :, :3], cache)
+    np.testing.assert_array_equal(grown[:, :, 3:], 0.0)
+    with pytest.raises(ValueError, match="only grows a cache. Received: max_length=2 for a cache of 3"):
+        layer.resize_cache(cache, 2)
+
+
 def test_bad_call_arguments():
     layer = MultiHeadAttention(2, 4)
     with pytest.raises(ValueError, match=r"`query` must have rank 3.*Received: query.shape=\(2, 8\)"):
