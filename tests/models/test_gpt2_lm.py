@@ -106,18 +106,18 @@ def test_cached_logits_across_a_cache_resize_equal_the_full_pass(options):
 
 @pytest.mark.parametrize("options", [{}, {"position": "alibi"}, {"attention": "linear"}], ids=["gpt2", "alibi", "linear"])
 def test_greedy_over_a_buffer_whose_caches_grow_in_segments(options):
-    # Prompts of 3 and 70 tokens + 80 new: a 150-position buffer, caches grown at 64 and 128.
-    model = tiny(max_sequence_length=160, **options)
+    # Prompts of 3 and 70 tokens + 200 new: a 270-position buffer, caches grown at 135.
+    model = tiny(max_sequence_length=300, **options)
     prompts = [[5, 8, 11], list(rng.integers(0, 61, size=70))]
-    generated = model.generate(prompts, max_new_tokens=80)
+    generated = model.generate(prompts, max_new_tokens=200)
     logits = np.asarray(model(generated))  # one uncached pass over what was generated
     for row, prompt in enumerate(prompts):
         np.testing.assert_array_equal(generated[row, : len(prompt)], prompt)
-        positions = np.arange(len(prompt), len(prompt) + 80)
+        positions = np.arange(len(prompt), len(prompt) + 200)
         chosen = logits[row, positions - 1, generated[row, positions]]
         # Each new token is the full pass's argmax (up to float ties).
         np.testing.assert_allclose(chosen, logits[row, positions - 1].max(axis=-1), atol=1e-5)
-    assert np.all(generated[0, 83:] == 0)
+    assert np.all(generated[0, 203:] == 0)
 
 
 def test_mixed_precision_logits_and_loss_are_float32():
