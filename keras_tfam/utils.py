@@ -9,6 +9,15 @@ def check_positive_int(name, value):
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
+def head_size(label, width, num_heads):
+    """`width // num_heads`; a `ValueError` naming both values unless it divides evenly."""
+    if width % num_heads:
+        raise ValueError(
+            f"The {label} must be divisible by `num_heads`. Received: {label}={width}, num_heads={num_heads}"
+        )
+    return width // num_heads
+
+
 def base_model_config(model):
     """The `keras.Model` part of a functional-subclass model's config."""
     return {

@@ -14,7 +14,7 @@ from keras_tfam.layers.position.alibi_bias import ALiBiBias
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
-from keras_tfam.utils import base_model_config, check_positive_int
+from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
 POSITIONS = ("learned", "rotary", "alibi", "none")
 ATTENTIONS = ("softmax", "linear")
@@ -121,11 +121,7 @@ class GPT2LM(keras.Model):
             ("max_sequence_length", max_sequence_length),
         ):
             check_positive_int(name, value)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                "`hidden_dim` must be divisible by `num_heads`. Received: "
-                f"hidden_dim={hidden_dim}, num_heads={num_heads}"
-            )
+        head_size("hidden_dim", hidden_dim, num_heads)
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
         check_norm(norm)

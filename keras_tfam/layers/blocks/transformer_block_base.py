@@ -5,7 +5,7 @@ import keras
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
 from keras_tfam.layers.normalization.get_norm import check_norm, get_norm
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, head_size
 
 NORM_POSITIONS = ("pre", "post")
 
@@ -86,12 +86,7 @@ class TransformerBlockBase(keras.layers.Layer):
     def _make_attention(self, name, hidden_dim, position):
         key_dim = self.key_dim
         if key_dim is None:
-            if hidden_dim % self.num_heads:
-                raise ValueError(
-                    "The hidden size must be divisible by `num_heads` when `key_dim` is not "
-                    f"given. Received: hidden size={hidden_dim}, num_heads={self.num_heads}"
-                )
-            key_dim = hidden_dim // self.num_heads
+            key_dim = head_size("hidden size", hidden_dim, self.num_heads)
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=key_dim,

@@ -4,7 +4,7 @@ import keras
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, head_size
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -48,17 +48,14 @@ class CrossAttentionBlock(keras.layers.Layer):
 
     def build(self, query_shape, value_shape):
         width = query_shape[-1]
-        if width % self.num_heads:
-            raise ValueError(
-                f"The query width must be divisible by `num_heads`. Received: width={width}, num_heads={self.num_heads}"
-            )
+        key_dim = head_size("width", width, self.num_heads)
         norm = dict(epsilon=1e-5, dtype=self.dtype_policy)
         self.query_norm = keras.layers.LayerNormalization(name="query_norm", **norm)
         self.query_norm.build(query_shape)
         self.value_norm = keras.layers.LayerNormalization(name="value_norm", **norm)
         self.value_norm.build(value_shape)
         self.attention = MultiHeadAttention(
-            self.num_heads, width // self.num_heads, dtype=self.dtype_policy, name="attention"
+            self.num_heads, key_dim, dtype=self.dtype_policy, name="attention"
         )
         self.attention.build(query_shape, value_shape)
         self.mlp_norm = keras.layers.LayerNormalization(name="mlp_norm", **norm)

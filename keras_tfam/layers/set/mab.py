@@ -4,7 +4,7 @@ import keras
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, head_size
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -46,14 +46,10 @@ class MAB(keras.layers.Layer):
 
     def build(self, query_shape, value_shape=None):
         width = query_shape[-1]
-        if width % self.num_heads:
-            raise ValueError(
-                f"The width of `query` must be divisible by `num_heads`. Received: width={width}, "
-                f"num_heads={self.num_heads}"
-            )
+        key_dim = head_size("width", width, self.num_heads)
         value_shape = query_shape if value_shape is None else value_shape
         self.attention = MultiHeadAttention(
-            self.num_heads, width // self.num_heads, dtype=self.dtype_policy, name="attention"
+            self.num_heads, key_dim, dtype=self.dtype_policy, name="attention"
         )
         self.attention.build(query_shape, value_shape)
         self.feed_forward = FeedForward(
