@@ -106,6 +106,11 @@ def test_prefix_sum_equals_cumsum(length):
     np.testing.assert_allclose(prefix_sum(x, axis=-1), np.cumsum(x, axis=-1), rtol=1e-5, atol=1e-5)
 
 
+def test_prefix_sum_bad_block():
+    with pytest.raises(ValueError, match="Received: block=1"):
+        prefix_sum(np.ones((1, 4, 2), "float32"), block=1)
+
+
 def test_prefix_sum_of_a_dynamic_length_in_a_graph():
     import tensorflow as tf
 
