@@ -74,7 +74,9 @@ def _generate(args):
     prompts = args.prompt or [""]
     for prompt in prompts:
         ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values))
-        out = model.generate([ids], args.max_new_tokens, sampler=sampler, seed=args.seed)
+        out = model.generate(
+            [ids], args.max_new_tokens, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow
+        )
         completion = tokenizer.detokenize(out[:, len(ids):]).numpy()[0].decode("utf-8", "replace")
         print(f"{prompt}{' ' if prompt and tokenizer.kind == 'word' else ''}{completion}")
 
@@ -89,6 +91,8 @@ def _export(args):
 
 def add_commands(commands):
     """Adds `train`, `eval`, `generate`, `export` to the `tfam` sub-command parser."""
+    from keras_tfam.generation import SAMPLERS
+    from keras_tfam.generation.generator import OVERFLOWS
     from pipelines.config import add_config_arguments
 
     train = commands.add_parser("train", help="train a GPT-2-style LM (rerun the same command to resume)")
@@ -112,11 +116,19 @@ def add_commands(commands):
     run_arguments(generate)
     generate.add_argument("--prompt", action="append", help="repeat for several prompts")
     generate.add_argument("--max-new-tokens", type=int, default=40)
-    generate.add_argument("--sampler", default="top_p", choices=["greedy", "random", "top_k", "top_p"])
+    generate.add_argument("--sampler", default="top_p", choices=tuple(SAMPLERS))
     generate.add_argument("--temperature", type=float, default=1.0)
     generate.add_argument("--top-k", type=int, default=50)
     generate.add_argument("--top-p", type=float, default=0.9)
     generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument(
+        "--window", type=int, default=None,
+        help="attend to at most this many recent tokens (default: the context the model was trained on)",
+    )
+    generate.add_argument(
+        "--overflow", default="slide", choices=OVERFLOWS,
+        help="past the model's context: slide a window over the last tokens (default), or stop with an error",
+    )
     generate.set_defaults(handler=_generate)
 
     export = commands.add_parser("export", help="write the SavedModel (TF Serving layout)")

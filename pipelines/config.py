@@ -1,8 +1,11 @@
 """Training configurations: named presets, JSON files, command-line overrides.
 
 Every field can be set from the command line (`--learning-rate 3e-4`); a
-config file is JSON holding a subset of the fields. Unknown keys and invalid
-values are errors raised before any work starts.
+config file is JSON holding a subset of the fields. The model is a preset of
+`keras_tfam.models.presets` (`--model`), and every option its class declares
+(`GPT2LM.OPTIONS`: `--position`, `--attention`, `--intermediate-dim`, ...) is
+a flag too, stored in `model_options`: the pipeline does not re-list them.
+Unknown keys and invalid values are errors raised before any work starts.
 """
 
 import dataclasses
@@ -10,9 +13,10 @@ import json
 import os
 from typing import Optional
 
-from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+from keras_tfam.models.presets import PRESETS, check_model_option, get_preset, model_options
+from pipelines.data.tokenizers import TOKENIZERS as TOKENIZER_CLASSES
 
-TOKENIZERS = ("word", "bpe", "char")
+TOKENIZERS = tuple(TOKENIZER_CLASSES)
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker")
 JIT = ("auto", "on", "off")
@@ -20,16 +24,9 @@ JIT = ("auto", "on", "off")
 
 @dataclasses.dataclass
 class TrainConfig:
-    # Model: a GPT-2 preset and the architecture options of the core library.
+    # Model: a preset, and options of its class on top (`OPTIONS` of the class).
     model: str = "gpt2_tiny"
-    num_layers: Optional[int] = None
-    hidden_dim: Optional[int] = None
-    num_heads: Optional[int] = None
-    num_key_value_heads: Optional[int] = None
-    position: Optional[str] = None
-    norm: Optional[str] = None
-    activation: Optional[str] = None
-    dropout: Optional[float] = None
+    model_options: dict = dataclasses.field(default_factory=dict)
     # Data.
     data_dir: Optional[str] = None
     dataset: str = "wikitext-2-v1"
@@ -65,14 +62,14 @@ class TrainConfig:
 
     def validate(self):
         """Raises a `ValueError` naming the first invalid field and its value."""
+        model_class, _ = get_preset(self.model)
+        for name, value in self.model_options.items():
+            check_model_option(model_class, name, value)
         checks = [
-            ("model", self.model in GPT2_PRESETS, f"one of {tuple(GPT2_PRESETS)}"),
             ("tokenizer", self.tokenizer in TOKENIZERS, f"one of {TOKENIZERS}"),
             ("precision", self.precision in PRECISIONS, f"one of {PRECISIONS}"),
             ("strategy", self.strategy in STRATEGIES, f"one of {STRATEGIES}"),
             ("jit", self.jit in JIT, f"one of {JIT}"),
-            ("position", self.position in (None, "learned", "rotary", "alibi", "none"), "learned, rotary, alibi or none"),
-            ("norm", self.norm in (None, "layer", "rms", "scale"), "layer, rms or scale"),
         ]
         for name in ("sequence_length", "batch_size", "max_steps", "eval_every", "backup_every",
                      "gradient_accumulation_steps"):
@@ -83,10 +80,12 @@ class TrainConfig:
             checks.append((name, getattr(self, name) >= 0, "non-negative"))
         checks.append(("min_learning_rate_ratio", 0 <= self.min_learning_rate_ratio <= 1, "in [0, 1]"))
         checks.append(("weight_decay", self.weight_decay >= 0, "non-negative"))
-        checks.append(("dropout", self.dropout is None or 0 <= self.dropout < 1, "in [0, 1)"))
+        dropout = self.model_options.get("dropout")
+        checks.append(("dropout", dropout is None or 0 <= dropout < 1, "in [0, 1)"))
         for name, ok, expected in checks:
             if not ok:
-                raise ValueError(f"Invalid config: `{name}` must be {expected}. Received: {name}={getattr(self, name)!r}")
+                value = getattr(self, name) if hasattr(self, name) else self.model_options.get(name)
+                raise ValueError(f"Invalid config: `{name}` must be {expected}. Received: {name}={value!r}")
         for name in ("train_split", "eval_split"):
             split = getattr(self, name)
             if split not in ("train", "valid", "test", "validation") and not os.path.exists(split):
@@ -122,13 +121,24 @@ NAMED_CONFIGS = {
     },
 }
 
-FIELDS = {field.name: field for field in dataclasses.fields(TrainConfig)}
+FIELDS = {field.name: field for field in dataclasses.fields(TrainConfig) if field.name != "model_options"}
+MODEL_OPTIONS = model_options()
 
 
-def _check_keys(values, source):
+def _split_model_options(values, source):
+    """`values` with the model options (top-level keys of a flat config) moved into `model_options`."""
+    values = dict(values)
+    options = dict(values.pop("model_options", None) or {})
+    for name in list(values):
+        if name in MODEL_OPTIONS and name not in FIELDS:
+            options[name] = values.pop(name)
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
-        raise ValueError(f"Unknown config key(s) {unknown} in {source}. Valid keys: {sorted(FIELDS)}")
+        raise ValueError(
+            f"Unknown config key(s) {unknown} in {source}. Valid keys: {sorted(FIELDS)} and the model options "
+            f"{sorted(MODEL_OPTIONS)}"
+        )
+    return values, options
 
 
 def load_config(name_or_path="gpt2_tiny", overrides=None):
@@ -138,18 +148,29 @@ def load_config(name_or_path="gpt2_tiny", overrides=None):
     elif os.path.isfile(name_or_path):
         with open(name_or_path) as f:
             values = json.load(f)
-        _check_keys(values, name_or_path)
     else:
         raise ValueError(
             f"`--config` must be one of {tuple(NAMED_CONFIGS)} or a JSON file. Received: config={name_or_path!r}"
         )
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    _check_keys(overrides, "the overrides")
-    return TrainConfig(**{**values, **overrides}).validate()
+    values, options = _split_model_options(values, name_or_path)
+    overrides, option_overrides = _split_model_options(
+        {k: v for k, v in (overrides or {}).items() if v is not None}, "the overrides"
+    )
+    return TrainConfig(**{**values, **overrides}, model_options={**options, **option_overrides}).validate()
+
+
+def _flag_type(kind):
+    if kind is bool:
+        return lambda text: {"true": True, "false": False}[text.lower()]
+    if kind is dict:
+        return json.loads
+    if isinstance(kind, tuple):
+        return str
+    return kind
 
 
 def add_config_arguments(parser):
-    """One `--flag` per config field (default: unset, keeping the config's value)."""
+    """One `--flag` per config field and per model option (default: unset, keeping the config's value)."""
     for name, field in FIELDS.items():
         kind = field.type
         if kind in (Optional[int], int):
@@ -158,8 +179,19 @@ def add_config_arguments(parser):
             kind = float
         else:
             kind = str
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
+        choices = {"model": tuple(PRESETS), "tokenizer": TOKENIZERS}.get(name)
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, choices=choices)
+    for name, kind in MODEL_OPTIONS.items():
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=_flag_type(kind),
+            default=None,
+            choices=kind if isinstance(kind, tuple) else None,
+            help="model option" + (" (JSON)" if kind is dict else ""),
+        )
 
 
 def overrides_from_args(args):
-    return {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    names = list(FIELDS) + list(MODEL_OPTIONS)
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}

@@ -14,16 +14,26 @@ Signatures (all without XLA, which TF Serving on CPU does not enable):
   -> `token_ids int32 [B, T + max_new_tokens]`: prompts right-padded to `T`,
   `lengths` their real lengths; each row is its prompt, `max_new_tokens` new
   tokens, then padding. `temperature <= 0` is greedy; `top_k <= 0` and
-  `top_p >= 1` turn those filters off. The KV-cached decoding loop runs in
-  the graph.
+  `top_p >= 1` turn those filters off. The decoding loop of
+  `keras_tfam.generation` runs in the graph, with the model's context: past
+  it, a sliding window, as `GPT2LM.generate`.
 - `generate_text(prompts string [B], max_new_tokens, temperature, top_k, top_p,
   seed)` -> `completions string [B]`: the tokenizer runs in the graph; each
   prompt is read as following an end of line, as in training.
 
-The word and character tokenizers use core TensorFlow ops only; the BPE
-tokenizer's `generate_text` needs the tensorflow-text ops where it is served.
+Every signature rejects bad requests with an error naming the value (ids
+outside `[0, V)`, empty prompts, `lengths` of another batch, a NaN
+temperature, ...): the checks of `keras_tfam.generation.prompt_checks`, as
+graph assertions.
+
+The word and character tokenizers use core TensorFlow ops only. The BPE
+tokenizer needs the tensorflow-text ops, and a SavedModel holding one op a
+server lacks cannot be loaded at all; so a BPE run's `<version>/` holds the
+token-level signatures only (loadable by any TensorFlow), and
+`generate_text` goes to a second model, `<export_dir>-text/<version>/`.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -32,7 +42,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from keras_tfam.generation.samplers import TensorSampler
+from keras_tfam.generation import Sampling, TensorSampler, generate_graph, prompt_checks
 
 _SCALARS = dict(
     max_new_tokens=tf.TensorSpec([], tf.int32, name="max_new_tokens"),
@@ -41,6 +51,26 @@ _SCALARS = dict(
     top_p=tf.TensorSpec([], tf.float32, name="top_p"),
     seed=tf.TensorSpec([], tf.int32, name="seed"),
 )
+
+
+@contextlib.contextmanager
+def asserting(checks):
+    """Turns `(ok, message, values)` checks into graph assertions, each under the
+    previous ones, and runs the block under all of them.
+
+    A failed check fails the request with its message, values filled in
+    (`InvalidArgumentError` in TensorFlow, an error status in TF Serving).
+    """
+    with contextlib.ExitStack() as stack:
+        for ok, message, values in checks:
+            text = tf.strings.format(message, [tf.cast(v, tf.float32) if v.dtype.is_floating else v for v in map(tf.convert_to_tensor, values)])
+            stack.enter_context(tf.control_dependencies([tf.debugging.Assert(ok, [text], summarize=-1)]))
+        yield
+
+
+def core_ops_only(tokenizer):
+    """Whether a tokenizer's graph uses core TensorFlow ops only (word, char)."""
+    return tokenizer is None or tokenizer.kind in ("word", "char")
 
 
 def resolve_version_dir(export_dir):
@@ -53,50 +83,27 @@ def resolve_version_dir(export_dir):
 
 
 class ServingFunctions:
-    """The exported computations, over a GPT2LM and a tokenizer."""
+    """The exported computations, over a model of the generation protocol and a tokenizer."""
 
     def __init__(self, model, tokenizer=None):
         self.model = model
         self.tokenizer = tokenizer
 
+    def _id_checks(self, token_ids, lengths=None):
+        if lengths is None:
+            lengths = tf.fill([tf.shape(token_ids)[0]], tf.shape(token_ids)[1])
+        return prompt_checks(token_ids, lengths, 1, self.model.vocabulary_size)
+
     def serving_default(self, token_ids):
-        logits = self.model(token_ids, training=False)
+        with asserting(self._id_checks(token_ids)):
+            logits = self.model(token_ids, training=False)
         return {"logits": tf.cast(logits[:, -1], tf.float32)}
 
     def generate(self, token_ids, lengths, max_new_tokens, temperature, top_k, top_p, seed):
-        model = self.model
-        batch_size, width = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
-        checks = [
-            tf.debugging.assert_greater_equal(max_new_tokens, 1, message="max_new_tokens must be >= 1"),
-            tf.debugging.assert_greater_equal(lengths, 1, message="every prompt needs at least one token"),
-            tf.debugging.assert_less_equal(lengths, width, message="lengths exceed the token_ids width"),
-            tf.debugging.assert_non_negative(token_ids, message="token ids must be >= 0"),
-            tf.debugging.assert_less(token_ids, model.vocabulary_size, message="token ids must be < vocabulary_size"),
-        ]
-        if model.position == "learned":
-            checks.append(
-                tf.debugging.assert_less_equal(
-                    width + max_new_tokens,
-                    model.max_sequence_length,
-                    message=f"prompt width + max_new_tokens exceeds max_sequence_length={model.max_sequence_length}",
-                )
-            )
-        with tf.control_dependencies(checks):
-            tokens = tf.concat([token_ids, tf.zeros([batch_size, max_new_tokens], tf.int32)], axis=1)
-        positions = tf.range(width)[None, :]
-        tokens = tf.concat(
-            [tf.where(positions < lengths[:, None], token_ids, 0), tokens[:, width:]], axis=1
-        )
         sampler = TensorSampler(temperature, top_k, top_p)
-        generated = model.generate_graph(
-            tokens,
-            lengths,
-            max_new_tokens,
-            tf.stack([seed, 0]),
-            tf.zeros([0], tf.int32),
-            sampler,
-            tf.reduce_min(lengths) - 1,
-        )
+        checks = prompt_checks(token_ids, lengths, max_new_tokens, self.model.vocabulary_size)
+        with asserting(checks), asserting(sampler.checks()):
+            generated = generate_graph(self.model, token_ids, lengths, max_new_tokens, Sampling(sampler), seed)
         return {"token_ids": generated}
 
     def generate_text(self, prompts, max_new_tokens, temperature, top_k, top_p, seed):
@@ -112,35 +119,63 @@ class ServingFunctions:
         return {"completions": tokenizer.detokenize(new_tokens)}
 
 
-def export_model(model, export_dir, tokenizer=None, overwrite=False):
-    """Writes the SavedModel to `export_dir` (TF Serving layout); returns the version path."""
-    target = resolve_version_dir(export_dir)
-    if os.path.exists(target) and not overwrite:
-        raise FileExistsError(f"Export {target!r} exists already; pass --overwrite to replace it")
+def _archive(model, tokenizer, token_signatures=True, text_signature=True):
     functions = ServingFunctions(model, tokenizer)
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint(
-        "serving_default",
-        functions.serving_default,
-        input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")],
-    )
-    archive.add_endpoint(
-        "generate",
-        functions.generate,
-        input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="token_ids"),
-            tf.TensorSpec([None], tf.int32, name="lengths"),
-            *_SCALARS.values(),
-        ],
-    )
-    if tokenizer is not None:
+    if token_signatures:
+        archive.add_endpoint(
+            "serving_default",
+            functions.serving_default,
+            input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")],
+        )
+        archive.add_endpoint(
+            "generate",
+            functions.generate,
+            input_signature=[
+                tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+                tf.TensorSpec([None], tf.int32, name="lengths"),
+                *_SCALARS.values(),
+            ],
+        )
+    if text_signature and tokenizer is not None:
         archive.track(tokenizer)
         archive.add_endpoint(
             "generate_text",
             functions.generate_text,
             input_signature=[tf.TensorSpec([None], tf.string, name="prompts"), *_SCALARS.values()],
         )
+    return archive
+
+
+def text_export_dir(export_dir):
+    """Where a BPE run's `generate_text` model goes: `<export_dir>-text`."""
+    return os.path.abspath(export_dir).rstrip(os.sep) + "-text"
+
+
+def export_model(model, export_dir, tokenizer=None, overwrite=False):
+    """Writes the SavedModel to `export_dir` (TF Serving layout); returns the version path.
+
+    A tokenizer whose graph needs ops outside core TensorFlow (BPE) gets its
+    `generate_text` model written to `<export_dir>-text/<version>/` (with the
+    token-level signatures too), and `<export_dir>/<version>/` keeps only
+    the token-level signatures, loadable by any TensorFlow.
+    """
+    target = resolve_version_dir(export_dir)
+    text_target = None
+    if not core_ops_only(tokenizer):
+        text_target = os.path.join(text_export_dir(os.path.dirname(target)), os.path.basename(target))
+    for path in (target, text_target):
+        if path is not None and os.path.exists(path) and not overwrite:
+            raise FileExistsError(f"Export {path!r} exists already; pass --overwrite to replace it")
+    _write_out(_archive(model, tokenizer, text_signature=text_target is None), target)
+    if text_target is not None:
+        _write_out(_archive(model, tokenizer), text_target)
+    return target
+
+
+def _write_out(archive, target):
+    """Writes `archive` to a staging folder beside `target`, then renames it into place."""
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".incomplete-", dir=parent)
@@ -156,4 +191,3 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False):
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)
-    return target

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_tfam.models import GPT2LM
+from keras_tfam.models.presets import get_preset
 from pipelines.callbacks import BestCheckpoint, PerplexityEvaluator, SafeBackupAndRestore, ThroughputMonitor
 from pipelines.data.lm_stream import lm_dataset, tokenize_lines
 from pipelines.data.tokenizers import load_tokenizer, train_tokenizer
@@ -118,16 +118,22 @@ def _split(config, split):
 
 
 def build_model(config, vocabulary_size):
-    architecture = {
-        k: getattr(config, k)
-        for k in ("num_layers", "hidden_dim", "num_heads", "num_key_value_heads", "position", "norm", "activation", "dropout")
-        if getattr(config, k) is not None
-    }
-    model = GPT2LM.from_preset(config.model, vocabulary_size=vocabulary_size, **architecture)
-    if model.position == "learned" and config.sequence_length > model.max_sequence_length:
+    """The model of `config`: its preset, the config's model options, and the context it trains on.
+
+    The model records `context_length = sequence_length` (unless the options
+    set it), so generation never attends over more than it was trained on;
+    a learned position table has `sequence_length` rows unless
+    `max_sequence_length` is set.
+    """
+    model_class, arguments = get_preset(config.model)
+    options = {"context_length": config.sequence_length, **config.model_options}
+    if "max_sequence_length" in arguments and "max_sequence_length" not in config.model_options:
+        options["max_sequence_length"] = max(config.sequence_length, options["context_length"])
+    model = model_class(**{**arguments, **options, "vocabulary_size": vocabulary_size})
+    if model.max_length is not None and config.sequence_length > model.max_length:
         raise ValueError(
-            f"sequence_length={config.sequence_length} exceeds the model's max_sequence_length="
-            f"{model.max_sequence_length}"
+            f"sequence_length={config.sequence_length} exceeds the model's context of {model.max_length} positions "
+            f"(max_length): train on at most that, or give the model more positions"
         )
     return model
 

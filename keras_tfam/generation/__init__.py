@@ -1,21 +1,58 @@
-"""Generation: samplers and the KV-cached decoding loop."""
+"""Generation: one generator for every model that implements the generation protocol.
 
-from keras_tfam.generation.decoding import decode
+`Generator` (and `GenerationMixin`, which gives a model `generate`) drives
+any model with `init_cache`, `resize_cache`, `call_with_cache`,
+`vocabulary_size`, `max_length` and `sliding_window_cache` (see
+`keras_tfam.generation.generator`): prompt packing and checks, the compiled
+`keras.ops.while_loop`, cache growth, the sliding window past the model's
+context, sampling or beam search. Backend-neutral (`keras.ops` only).
+"""
+
+from keras_tfam.generation.decoding import DecodePlan, decode, plan_decoding
+from keras_tfam.generation.generator import (
+    GenerationMixin,
+    Generator,
+    check_protocol,
+    generate_graph,
+    resolve_window,
+    windowed_logits,
+)
+from keras_tfam.generation.prompts import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
 from keras_tfam.generation.samplers import (
+    SAMPLERS,
     GreedySampler,
     RandomSampler,
     Sampler,
+    TensorSampler,
     TopKSampler,
     TopPSampler,
     get_sampler,
 )
+from keras_tfam.generation.search import BeamSearch, Sampling, get_search
 
 __all__ = [
+    "BeamSearch",
+    "DecodePlan",
+    "GenerationMixin",
+    "Generator",
     "GreedySampler",
     "RandomSampler",
+    "SAMPLERS",
     "Sampler",
+    "Sampling",
+    "TensorSampler",
     "TopKSampler",
     "TopPSampler",
+    "as_padded_prompts",
+    "check_protocol",
     "decode",
+    "generate_graph",
     "get_sampler",
+    "get_search",
+    "pack_prompts",
+    "plan_decoding",
+    "prompt_checks",
+    "raise_failed_checks",
+    "resolve_window",
+    "windowed_logits",
 ]

@@ -1,21 +1,68 @@
 """Samplers: how the next token is chosen from float32 logits.
 
-Sampling is stateless: each call receives a `(2,)` int32 seed, so a
-generation with the same `seed` draws the same tokens, and a compiled
-decoding loop (or a SavedModel signature) takes the seed as an input. This
-module uses TensorFlow's stateless random ops; keras-hub's samplers (whose
-randomness is a stateful seed generator of their own) are accepted too
-through `get_sampler`.
+Sampling is stateless and the same on every Keras backend: each call
+receives an int32 `key` (the generator derives one per step from the
+`seed` of `generate`), and the random draws are a counter-based hash of
+(key, row, token id) turned into Gumbel noise, so `argmax(logits / T + g)`
+samples from `softmax(logits / T)` (the Gumbel-max trick). The same seed
+draws the same tokens on TensorFlow, JAX and PyTorch, in a compiled loop or
+in a SavedModel signature that takes the seed as an input. keras-hub's
+samplers (whose randomness is a seed generator of their own) are accepted
+too through `get_sampler`.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from keras_tfam.utils import check_positive_int
 
+_GOLDEN = -1640531527  # 0x9E3779B9 as an int32
+
+
+def _shift_right(x, bits):
+    """Logical right shift of int32 values (the sign bit shifted in as 0)."""
+    return ops.bitwise_and(ops.right_shift(x, bits), (1 << (32 - bits)) - 1)
+
+
+def mix(x):
+    """A 32-bit integer hash (Wellons' "lowbias32"), on int32 with wrapping products."""
+    x = ops.cast(x, "int32")
+    x = ops.bitwise_xor(x, _shift_right(x, 16))
+    x = ops.multiply(x, 0x7FEB352D)
+    x = ops.bitwise_xor(x, _shift_right(x, 15))
+    x = ops.multiply(x, -2073254261)  # 0x846CA68B
+    return ops.bitwise_xor(x, _shift_right(x, 16))
+
+
+def step_key(seed, step):
+    """The int32 key of one decoding step: a hash of the seed and the step."""
+    return mix(ops.add(mix(seed), ops.cast(step, "int32")))
+
+
+def uniform_noise(key, batch_size, vocabulary_size):
+    """`(B, V)` float32 uniform draws in `(0, 1)`, a pure function of `key`."""
+    rows = ops.expand_dims(ops.arange(batch_size, dtype="int32"), 1)
+    columns = ops.expand_dims(ops.arange(vocabulary_size, dtype="int32"), 0)
+    row_keys = mix(ops.bitwise_xor(mix(key), ops.multiply(rows, _GOLDEN)))
+    bits = _shift_right(mix(ops.add(row_keys, columns)), 8)  # 24 random bits
+    return (ops.cast(bits, "float32") + 0.5) / float(1 << 24)
+
+
+def gumbel_noise(key, batch_size, vocabulary_size):
+    """`(B, V)` standard Gumbel draws, `-log(-log(u))`."""
+    return -ops.log(-ops.log(uniform_noise(key, batch_size, vocabulary_size)))
+
+
+def sample_from_logits(logits, key):
+    """One token per row from `softmax(logits)`; `-inf` logits are never drawn."""
+    shape = ops.shape(logits)
+    return ops.cast(ops.argmax(logits + gumbel_noise(key, shape[0], shape[1]), axis=-1), "int32")
+
 
 class Sampler:
-    """Base class: `sampler(logits (B, V) float32, seed (2,) int32) -> (B,) int32`.
+    """Base class: `sampler(logits (B, V) float32, key int32) -> (B,) int32`.
+
+    Subclasses override `filter` (the tokens excluded from sampling).
 
     Args:
         temperature: logits are divided by it before sampling.
@@ -26,9 +73,9 @@ class Sampler:
             raise ValueError(f"`temperature` must be positive. Received: temperature={temperature}")
         self.temperature = float(temperature)
 
-    def __call__(self, logits, seed):
-        logits = tf.cast(logits, tf.float32) / self.temperature
-        return tf.cast(tf.random.stateless_categorical(self.filter(logits), 1, seed)[:, 0], tf.int32)
+    def __call__(self, logits, key):
+        logits = ops.cast(logits, "float32") / self.temperature
+        return sample_from_logits(self.filter(logits), key)
 
     def filter(self, logits):
         """Returns logits with the excluded tokens set to `-inf`."""
@@ -48,8 +95,8 @@ class GreedySampler(Sampler):
     def __init__(self):
         super().__init__()
 
-    def __call__(self, logits, seed):
-        return tf.argmax(logits, axis=-1, output_type=tf.int32)
+    def __call__(self, logits, key):
+        return ops.cast(ops.argmax(logits, axis=-1), "int32")
 
     def get_config(self):
         return {}
@@ -57,6 +104,25 @@ class GreedySampler(Sampler):
 
 class RandomSampler(Sampler):
     """Samples from `softmax(logits / temperature)`."""
+
+
+def top_k_filter(logits, k):
+    """Logits outside the `k` largest of each row set to `-inf` (ties at the k-th kept)."""
+    kth = ops.top_k(logits, k, sorted=True)[0][:, -1:]
+    return ops.where(logits < kth, float("-inf"), logits)
+
+
+def top_p_filter(logits, p):
+    """Nucleus filter (Holtzman et al. 2020): the smallest set of most likely
+    tokens whose probability reaches `p` keeps its logits, the rest `-inf`."""
+    sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)
+    probabilities = ops.softmax(sorted_logits, axis=-1)
+    # Mass strictly before each token: a token is kept while that is < p, so
+    # the most likely token is always kept.
+    mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
+    kept = ops.sum(ops.cast(mass_before < p, "int32"), axis=-1, keepdims=True)
+    cutoff = ops.take_along_axis(sorted_logits, ops.maximum(kept, 1) - 1, axis=-1)
+    return ops.where(logits < cutoff, float("-inf"), logits)
 
 
 class TopKSampler(Sampler):
@@ -73,9 +139,7 @@ class TopKSampler(Sampler):
         self.k = k
 
     def filter(self, logits):
-        k = min(self.k, logits.shape[-1])
-        kth = tf.math.top_k(logits, k=k, sorted=True).values[:, -1:]
-        return tf.where(logits < kth, tf.constant(-float("inf"), logits.dtype), logits)
+        return top_k_filter(logits, min(self.k, logits.shape[-1]))
 
     def get_config(self):
         return {"k": self.k, "temperature": self.temperature}
@@ -97,15 +161,7 @@ class TopPSampler(Sampler):
         self.p = float(p)
 
     def filter(self, logits):
-        sorted_logits = tf.sort(logits, axis=-1, direction="DESCENDING")
-        probabilities = tf.nn.softmax(sorted_logits, axis=-1)
-        # Mass strictly before each token: a token is kept while that is < p,
-        # so the most likely token is always kept.
-        mass_before = tf.cumsum(probabilities, axis=-1, exclusive=True)
-        kept = tf.cast(mass_before < self.p, tf.int32)
-        cutoff_index = tf.reduce_sum(kept, axis=-1, keepdims=True) - 1
-        cutoff = tf.gather(sorted_logits, cutoff_index, batch_dims=1)
-        return tf.where(logits < cutoff, tf.constant(-float("inf"), logits.dtype), logits)
+        return top_p_filter(logits, self.p)
 
     def get_config(self):
         return {"p": self.p, "temperature": self.temperature}
@@ -122,9 +178,9 @@ class KerasHubSampler(Sampler):
         self.sampler = sampler
         self.temperature = getattr(sampler, "temperature", 1.0)
 
-    def __call__(self, logits, seed):
-        probabilities = self.sampler.compute_probabilities(tf.cast(logits, tf.float32))
-        return tf.cast(self.sampler.get_next_token(probabilities), tf.int32)
+    def __call__(self, logits, key):
+        probabilities = self.sampler.compute_probabilities(ops.cast(logits, "float32"))
+        return ops.cast(self.sampler.get_next_token(probabilities), "int32")
 
     def get_config(self):
         return {"keras_hub": keras.saving.serialize_keras_object(self.sampler)}
@@ -138,31 +194,43 @@ class TensorSampler(Sampler):
 
     For serving signatures, where the settings arrive as inputs:
     `temperature <= 0` is greedy; `top_k <= 0` and `top_p >= 1` switch those
-    filters off.
+    filters off. `checks()` lists what the settings must satisfy.
     """
 
     def __init__(self, temperature, top_k, top_p):
-        self.temperature = tf.cast(temperature, tf.float32)
-        self.top_k = tf.cast(top_k, tf.int32)
-        self.top_p = tf.cast(top_p, tf.float32)
+        self.temperature = ops.cast(temperature, "float32")
+        self.top_k = ops.cast(top_k, "int32")
+        self.top_p = ops.cast(top_p, "float32")
 
-    def __call__(self, logits, seed):
-        logits = tf.cast(logits, tf.float32)
-        greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        scaled = logits / tf.maximum(self.temperature, 1e-6)
-        vocabulary = tf.shape(scaled)[-1]
-        k = tf.where(self.top_k > 0, tf.minimum(self.top_k, vocabulary), vocabulary)
-        sorted_logits = tf.sort(scaled, axis=-1, direction="DESCENDING")
-        kth = tf.gather(sorted_logits, tf.fill([tf.shape(scaled)[0], 1], k - 1), batch_dims=1)
-        minus_inf = tf.constant(-float("inf"), tf.float32)
-        scaled = tf.where(scaled < kth, minus_inf, scaled)
-        sorted_logits = tf.where(tf.range(vocabulary)[None, :] < k, sorted_logits, minus_inf)
-        mass_before = tf.cumsum(tf.nn.softmax(sorted_logits, axis=-1), axis=-1, exclusive=True)
-        kept = tf.reduce_sum(tf.cast(mass_before < self.top_p, tf.int32), axis=-1, keepdims=True)
-        cutoff = tf.gather(sorted_logits, tf.maximum(kept, 1) - 1, batch_dims=1)
-        scaled = tf.where(scaled < cutoff, minus_inf, scaled)
-        sampled = tf.cast(tf.random.stateless_categorical(scaled, 1, seed)[:, 0], tf.int32)
-        return tf.where(self.temperature > 0, sampled, greedy)
+    def checks(self):
+        """`(ok, message, values)` conditions on the settings (see `prompts.prompt_checks`)."""
+        yield (
+            ops.logical_not(ops.isnan(self.temperature)),
+            "`temperature` must be a number (<= 0 for greedy). Received: temperature={}",
+            [self.temperature],
+        )
+        yield (
+            ops.logical_and(ops.logical_not(ops.isnan(self.top_p)), self.top_p > 0.0),
+            "`top_p` must be in (0, 1] (>= 1 switches it off). Received: top_p={}",
+            [self.top_p],
+        )
+
+    def __call__(self, logits, key):
+        logits = ops.cast(logits, "float32")
+        greedy = ops.cast(ops.argmax(logits, axis=-1), "int32")
+        scaled = logits / ops.maximum(self.temperature, 1e-6)
+        vocabulary = ops.shape(scaled)[-1]
+        k = ops.where(self.top_k > 0, ops.minimum(self.top_k, vocabulary), vocabulary)
+        sorted_logits = ops.flip(ops.sort(scaled, axis=-1), axis=-1)
+        kth = ops.take(sorted_logits, k - 1, axis=-1)[:, None]
+        scaled = ops.where(scaled < kth, float("-inf"), scaled)
+        sorted_logits = ops.where(ops.arange(vocabulary)[None, :] < k, sorted_logits, float("-inf"))
+        probabilities = ops.softmax(sorted_logits, axis=-1)
+        mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
+        kept = ops.sum(ops.cast(mass_before < self.top_p, "int32"), axis=-1, keepdims=True)
+        cutoff = ops.take_along_axis(sorted_logits, ops.maximum(kept, 1) - 1, axis=-1)
+        scaled = ops.where(scaled < cutoff, float("-inf"), scaled)
+        return ops.where(self.temperature > 0, sample_from_logits(scaled, key), greedy)
 
 
 SAMPLERS = {
@@ -185,13 +253,11 @@ def get_sampler(sampler="greedy", **kwargs):
         if sampler not in SAMPLERS:
             raise ValueError(f"`sampler` must be one of {tuple(SAMPLERS)}. Received: sampler={sampler!r}")
         return SAMPLERS[sampler](**kwargs)
-    try:
+    if type(sampler).__module__.startswith("keras_hub"):
         import keras_hub
 
         if isinstance(sampler, keras_hub.samplers.Sampler):
             return KerasHubSampler(sampler)
-    except ImportError:  # pragma: no cover - keras-hub is a dependency
-        pass
     raise ValueError(
         "`sampler` must be a name, a keras_tfam Sampler or a keras_hub sampler. "
         f"Received: sampler={sampler!r}"

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfam.generation.generator import Generator
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
@@ -115,7 +116,6 @@ class Transformer(keras.Model):
         self.norm_position = norm_position
         self.norm = norm
         self.activation = activation
-        self._step_functions = {}
 
     def _embed(self, embedding, ids, start_index=0, training=None):
         x = embedding(ids) * math.sqrt(self.hidden_dim)
@@ -138,101 +138,99 @@ class Transformer(keras.Model):
             )
         return self.decoder_norm(x) if self.decoder_norm is not None else x
 
-    # ------------------------------------------------------------------ decoding
+    # ------------------------------------------------------------------ generation protocol
 
-    def encode(self, source):
-        """Encoder outputs and the per-layer cross-attention caches, computed once per source."""
+    @property
+    def output_vocabulary_size(self):
+        """The vocabulary of the generated (target) ids."""
+        return self.target_vocabulary_size or self.vocabulary_size
+
+    # Sinusoidal positions set no limit on the target length; they are
+    # absolute, so a window would be re-encoded, not kept in ring caches.
+    max_length = None
+    sliding_window_cache = False
+
+    def init_cache(self, batch_size, length, window=None, source=None):
+        """The decoder's caches for `source (B, S)`: empty self-attention caches, and the
+        cross-attention keys/values of the encoded source, computed once."""
+        if source is None:
+            raise ValueError("The Transformer's caches need the `source` ids. Received: source=None")
         memory = self._encode(source)
-        caches = [block.cross_attention_layer.compute_key_value_cache(memory) for block in self.decoder_blocks]
-        return memory, caches
+        return {
+            "self": tuple(
+                block.self_attention_layer.init_cache(batch_size, length, block.compute_dtype, window=window)
+                for block in self.decoder_blocks
+            ),
+            "cross": tuple(block.cross_attention_layer.compute_key_value_cache(memory) for block in self.decoder_blocks),
+            "source_padding": ops.not_equal(source, self.pad_token_id),
+        }
 
-    def decode_step(self, token, index, self_caches, cross_caches, source_padding):
-        """Logits `(B, V)` of the token after `token (B, 1)` at position `index`, and the caches."""
-        x = self._embed(self.target_embedding, token, start_index=index)
+    def resize_cache(self, cache, length):
+        grown = tuple(
+            block.self_attention_layer.resize_cache(layer_cache, length)
+            for block, layer_cache in zip(self.decoder_blocks, cache["self"])
+        )
+        return {**cache, "self": grown}
+
+    def call_with_cache(self, token_ids, cache, index, window=None):
+        """Target logits `(B, T, V)` of `token_ids (B, T)` at positions `index ..`, and the caches."""
+        x = self._embed(self.target_embedding, token_ids, start_index=index)
         updated = []
-        for block, cache, cross in zip(self.decoder_blocks, self_caches, cross_caches):
-            x, cache = block(
+        for block, layer_cache, cross in zip(self.decoder_blocks, cache["self"], cache["cross"]):
+            x, layer_cache = block(
                 x,
                 cross_attention_cache=cross,
-                encoder_padding_mask=source_padding,
-                self_attention_cache=cache,
+                encoder_padding_mask=cache["source_padding"],
+                self_attention_cache=layer_cache,
                 self_attention_cache_update_index=index,
+                self_attention_window=window,
             )
-            updated.append(cache)
+            updated.append(layer_cache)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.target_embedding(x[:, -1], reverse=True), updated
+        return self.target_embedding(x, reverse=True), {**cache, "self": tuple(updated)}
 
-    def _step_function(self):
-        import tensorflow as tf
-
-        if "step" not in self._step_functions:
-            self._step_functions["step"] = tf.function(self.decode_step, jit_compile=False, reduce_retracing=True)
-        return self._step_functions["step"]
-
-    def generate(self, source, start_token_id, stop_token_id, max_length, beam_size=1, length_penalty=0.6):
+    def generate(
+        self, source, start_token_id, stop_token_id, max_length, beam_size=1, length_penalty=0.6,
+        sampler="greedy", seed=None, jit_compile=True,
+    ):
         """Decodes each source into target ids `(B, max_length)` (after the start token).
 
-        Greedy when `beam_size == 1`, else beam search over `beam_size`
-        hypotheses with the GNMT length penalty `((5 + len) / 6) ** alpha`
-        (Wu et al. 2016; `alpha = length_penalty`). The cross-attention keys and
-        values are computed once per source; the decoder runs one token per
-        step over a KV cache. Rows end at `stop_token_id` (kept) and are
-        padded with `pad_token_id` after it.
+        Greedy (or another `sampler`) when `beam_size == 1`, else beam search
+        over `beam_size` hypotheses with the GNMT length penalty
+        `((5 + len) / 6) ** alpha` (Wu et al. 2016; `alpha = length_penalty`),
+        inside the compiled loop of `keras_tfam.generation`. The source is
+        encoded and its cross-attention keys/values computed once; the
+        decoder runs one token per step over a KV cache. Rows end at
+        `stop_token_id` (kept) and are padded with `pad_token_id` after it.
         """
-        source = np.asarray(source, np.int32)
-        if source.ndim != 2 or source.shape[1] == 0:
-            raise ValueError(f"`source` must be a non-empty (batch, length) array. Received shape {source.shape}")
-        check_positive_int("beam_size", beam_size)
+        source = np.asarray(source)
+        if source.ndim != 2 or source.shape[1] == 0 or not np.issubdtype(source.dtype, np.integer):
+            raise ValueError(
+                f"`source` must be a non-empty (batch, length) array of ids. Received shape {source.shape}"
+            )
+        bad = (source < 0) | (source >= self.vocabulary_size)
+        if bad.any():
+            row, position = np.argwhere(bad)[0]
+            raise ValueError(
+                f"Source ids must be in [0, {self.vocabulary_size}). Received: id {int(source[row, position])} "
+                f"at row {row}, position {position}"
+            )
         check_positive_int("max_length", max_length)
-        batch = source.shape[0]
-        _, cross = self.encode(source)
-        source_padding = source != self.pad_token_id
-        block = self.decoder_blocks[0].self_attention_layer
-        if beam_size > 1:
-            cross = [ops.repeat(c, beam_size, axis=0) for c in cross]
-            source_padding = np.repeat(source_padding, beam_size, axis=0)
-        rows = batch * beam_size
-        caches = [block.init_cache(rows, max_length, self.decoder_blocks[0].compute_dtype) for _ in self.decoder_blocks]
-        step = self._step_function()
-        tokens = np.full((rows, max_length + 1), self.pad_token_id, np.int32)
-        tokens[:, 0] = start_token_id
-        scores = np.zeros((batch, beam_size), np.float64)
-        scores[:, 1:] = -np.inf  # all beams start as the same hypothesis
-        finished = np.zeros(rows, bool)
-        lengths = np.zeros(rows, np.int32)
-        for t in range(max_length):
-            logits, caches = step(tokens[:, t : t + 1], t, caches, cross, source_padding)
-            log_probs = np.asarray(keras.ops.log_softmax(logits, axis=-1), np.float64)
-            if beam_size == 1:
-                choice = np.argmax(log_probs, axis=-1).astype(np.int32)
-                tokens[:, t + 1] = np.where(finished, self.pad_token_id, choice)
-                lengths += ~finished
-                finished |= choice == stop_token_id
-            else:
-                vocabulary = log_probs.shape[-1]
-                # A finished hypothesis only extends with padding, at no cost.
-                log_probs[finished] = -np.inf
-                log_probs[finished, self.pad_token_id] = 0.0
-                candidates = (scores.reshape(rows, 1) + log_probs).reshape(batch, beam_size * vocabulary)
-                new_lengths = (lengths + ~finished).reshape(batch, beam_size)
-                penalty = ((5.0 + np.repeat(new_lengths, vocabulary, axis=1)) / 6.0) ** length_penalty
-                best = np.argsort(-(candidates / penalty), axis=-1, kind="stable")[:, :beam_size]
-                beam = best // vocabulary
-                origin = (np.arange(batch)[:, None] * beam_size + beam).reshape(-1)
-                scores = np.take_along_axis(candidates, best, axis=-1)
-                tokens = tokens[origin]
-                tokens[:, t + 1] = (best % vocabulary).reshape(-1)
-                lengths = lengths[origin] + ~finished[origin]
-                finished = finished[origin] | (tokens[:, t + 1] == stop_token_id)
-                caches = [ops.take(c, origin, axis=0) for c in caches]
-            if finished.all():
-                break
-        if beam_size > 1:
-            penalised = scores / (((5.0 + lengths.reshape(batch, beam_size)) / 6.0) ** length_penalty)
-            top = np.argmax(penalised, axis=-1)
-            tokens = tokens.reshape(batch, beam_size, -1)[np.arange(batch), top]
-        return tokens[:, 1:]
+        prompts = np.full((source.shape[0], 1), start_token_id, np.int64)
+        generated = Generator.for_model(self).generate(
+            prompts,
+            max_length,
+            sampler=sampler,
+            beam_size=beam_size,
+            length_penalty=length_penalty if beam_size > 1 else 0.0,
+            seed=seed,
+            stop_token_ids=[stop_token_id],
+            pad_token_id=self.pad_token_id,
+            jit_compile=jit_compile,
+            cache_inputs={"source": source.astype(np.int32)},
+        )
+        return generated[:, 1:]
 
     def get_config(self):
         return {

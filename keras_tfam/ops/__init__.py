@@ -9,6 +9,10 @@ from keras_tfam.ops.masks import (
     causal_mask,
     merge_masks,
     padding_to_attention_mask,
+    position_mask,
+    positions,
+    relative_distance,
+    ring_positions,
     sliding_window_mask,
 )
 
@@ -19,5 +23,9 @@ __all__ = [
     "causal_mask",
     "merge_masks",
     "padding_to_attention_mask",
+    "position_mask",
+    "positions",
+    "relative_distance",
+    "ring_positions",
     "sliding_window_mask",
 ]

@@ -4,11 +4,12 @@ Every mask in keras_tfam is boolean with `True` meaning "may attend". Padding
 masks are `(B, T)`; attention masks are `(B, T, S)` (query length `T`, key
 length `S`) or anything that broadcasts to it, such as `(1, T, S)`.
 
-Positions are absolute: a query at row `i` sits at position
-`query_offset + i`, a key at column `j` at position `key_offset + j`. With a
-KV cache the keys are the whole cache (`key_offset = 0`) and the new queries
-start at the cache update index (`query_offset = index`), so the same mask
-that a full causal pass uses also hides the cache slots not yet written.
+Positions are absolute. Masks are built from the positions of the queries
+and of the keys (`position_mask`): in a full pass both are `0 .. T - 1`; with
+a KV cache the queries start at the cache update index and each cache slot
+knows the position it holds (`ring_positions`: slot `s` holds position `s`
+until a sliding-window cache wraps around), so the same rule hides the slots
+not yet written and, in a ring cache, the positions that left the window.
 """
 
 from keras import ops
@@ -19,17 +20,62 @@ def keras_mask(x):
     return getattr(x, "_keras_mask", None)
 
 
-def _positions(length, offset):
+def positions(length, offset=0):
+    """`(length,)` int32 absolute positions `offset, offset + 1, ...`."""
     return ops.add(ops.arange(length, dtype="int32"), ops.cast(offset, "int32"))
 
 
-def _relative_distance(query_length, key_length, query_offset=0, key_offset=0):
+def relative_distance(query_positions, key_positions):
     """`(T, S)` int32 matrix of query position minus key position."""
-    query_positions = _positions(query_length, query_offset)
-    key_positions = _positions(key_length, key_offset)
-    return ops.subtract(
-        ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0)
-    )
+    query_positions = ops.cast(query_positions, "int32")
+    key_positions = ops.cast(key_positions, "int32")
+    return ops.subtract(ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0))
+
+
+def ring_positions(slots, end):
+    """Positions held by the `slots` slots of a ring cache once positions `< end` are written.
+
+    Position `p` lives in slot `p % slots`, so slot `s` holds the latest
+    `p < end` with `p % slots == s`. A cache that never wrapped
+    (`end <= slots`) holds position `s` in slot `s`. Slots not written yet
+    get `-1`, which `position_mask` never lets a query attend.
+
+    Returns:
+        `(slots,)` int32.
+    """
+    slot = ops.arange(slots, dtype="int32")
+    end = ops.cast(end, "int32")
+    held = slot + slots * ops.floor_divide(end - 1 - slot, slots)
+    return ops.where(held >= 0, held, -1)
+
+
+def position_mask(query_positions, key_positions, causal=True, window=None):
+    """Which keys each query may attend, from their absolute positions.
+
+    A key at a negative position is an empty cache slot and is never
+    attended. With `causal`, a query at `i` sees keys at `j <= i`; with
+    `window`, only the `window` most recent ones, `i - window < j`
+    (Beltagy et al. 2020; Mistral's sliding window); without `causal`,
+    `|i - j| < window`.
+
+    Args:
+        query_positions: `(T,)` int positions of the queries.
+        key_positions: `(S,)` int positions of the keys.
+        causal: hide keys after the query.
+        window: positive int (or scalar tensor), or `None` for no limit.
+
+    Returns:
+        Boolean tensor of shape `(1, T, S)`.
+    """
+    distance = relative_distance(query_positions, key_positions)
+    allowed = ops.greater_equal(ops.expand_dims(ops.cast(key_positions, "int32"), 0), 0)
+    allowed = ops.broadcast_to(allowed, ops.shape(distance))
+    if causal:
+        allowed = ops.logical_and(allowed, ops.greater_equal(distance, 0))
+    if window is not None:
+        reach = distance if causal else ops.abs(distance)
+        allowed = ops.logical_and(allowed, ops.less(reach, window))
+    return ops.expand_dims(allowed, 0)
 
 
 def causal_mask(query_length, key_length=None, query_offset=0, key_offset=0):
@@ -46,8 +92,7 @@ def causal_mask(query_length, key_length=None, query_offset=0, key_offset=0):
         Boolean tensor of shape `(1, T, S)`.
     """
     key_length = query_length if key_length is None else key_length
-    distance = _relative_distance(query_length, key_length, query_offset, key_offset)
-    return ops.expand_dims(ops.greater_equal(distance, 0), 0)
+    return position_mask(positions(query_length, query_offset), positions(key_length, key_offset))
 
 
 def sliding_window_mask(
@@ -66,17 +111,12 @@ def sliding_window_mask(
     Returns:
         Boolean tensor of shape `(1, T, S)`.
     """
-    if window is None or int(window) < 1:
-        raise ValueError(f"`window` must be a positive integer. Received: window={window}")
+    if window is None or isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"`window` must be a positive integer. Received: window={window!r}")
     key_length = query_length if key_length is None else key_length
-    distance = _relative_distance(query_length, key_length, query_offset, key_offset)
-    if causal:
-        allowed = ops.logical_and(
-            ops.greater_equal(distance, 0), ops.less(distance, window)
-        )
-    else:
-        allowed = ops.less(ops.abs(distance), window)
-    return ops.expand_dims(allowed, 0)
+    return position_mask(
+        positions(query_length, query_offset), positions(key_length, key_offset), causal=causal, window=window
+    )
 
 
 def padding_to_attention_mask(query_padding_mask=None, key_padding_mask=None):

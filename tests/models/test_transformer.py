@@ -29,12 +29,10 @@ def test_cached_decoding_equals_the_full_decoder(norm_position):
     source = np.array([[3, 4, 5, 6, 0, 0], [6, 5, 4, 3, 3, 4]], np.int32)
     target = np.array([[BOS, 3, 6, 4, 5], [BOS, 5, 5, 3, 6]], np.int32)
     full = np.asarray(model({"source": source, "target": target}))
-    _, cross = model.encode(source)
-    block = model.decoder_blocks[0].self_attention_layer
-    caches = [block.init_cache(2, 5) for _ in model.decoder_blocks]
+    cache = model.init_cache(2, 5, source=source)
     for t in range(5):
-        logits, caches = model.decode_step(target[:, t : t + 1], t, caches, cross, source != PAD)
-        np.testing.assert_allclose(logits, full[:, t], rtol=1e-4, atol=1e-5)
+        logits, cache = model.call_with_cache(target[:, t : t + 1], cache, t)
+        np.testing.assert_allclose(logits[:, 0], full[:, t], rtol=1e-4, atol=1e-5)
 
 
 def test_beam_search_finds_the_best_sequence():

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, check_window
 
 FEATURE_MAPS = ("elu", "exp")
 # exp() of larger keys overflows float32; keys are clipped here (exp feature map).
@@ -107,6 +107,12 @@ class LinearAttention(MultiHeadAttention):
     supported (padded keys contribute nothing), arbitrary `attention_mask`s
     and bias position schemes are not (rotary is).
 
+    With a `window`, each query attends (through the same kernel) to the
+    `window` most recent positions only, for a model trained on contexts
+    of that length: the cache is then a ring of the last `window` keys and
+    values, `(B, 2, window, K, H)` as `MultiHeadAttention`'s
+    (`init_cache(..., window=W)`), O(window) per token.
+
     Args:
         num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
         use_bias, kernel_initializer, bias_initializer,
@@ -131,6 +137,9 @@ class LinearAttention(MultiHeadAttention):
     (2, 4096, 512)
     """
 
+    # No attention weights to drop out: models skip their attention dropout.
+    has_attention_weights = False
+
     def __init__(self, num_heads, key_dim, feature_map="elu", chunk_size=64, epsilon=1e-6, **kwargs):
         super().__init__(num_heads, key_dim, **kwargs)
         if feature_map not in FEATURE_MAPS:
@@ -151,15 +160,22 @@ class LinearAttention(MultiHeadAttention):
         self.chunk_size = chunk_size
         self.epsilon = epsilon
 
-    def init_cache(self, batch_size, max_length=None, dtype="float32"):
-        """The empty recurrent state `(B, N, H, Hv + 1)` (`max_length` is not needed)."""
+    def init_cache(self, batch_size, max_length=None, dtype="float32", window=None):
+        """The empty recurrent state `(B, N, H, Hv + 1)` (`max_length` is not needed),
+        or with a `window` a ring of keys and values `(B, 2, slots, K, H)`."""
+        if check_window(window) is not None:
+            return super().init_cache(batch_size, max_length, dtype, window)
         return ops.zeros((batch_size, self.num_heads, self.key_dim, self.value_dim + 1), dtype)
 
     def resize_cache(self, cache, max_length):
-        """The recurrent state does not grow with the length: returned as is."""
+        """The recurrent state does not grow with the length: returned as is (a ring grows)."""
+        if len(cache.shape) == 5:
+            return super().resize_cache(cache, max_length)
         return cache
 
     def _check_cache(self, cache):
+        if len(cache.shape) == 5:
+            return super()._check_cache(cache)
         expected = (self.num_heads, self.key_dim, self.value_dim + 1)
         if len(cache.shape) != 4 or tuple(cache.shape[1:]) != expected:
             raise ValueError(
@@ -181,6 +197,7 @@ class LinearAttention(MultiHeadAttention):
         key_mask=None,
         attention_mask=None,
         use_causal_mask=False,
+        window=None,
         cache=None,
         cache_update_index=None,
         return_attention_scores=False,
@@ -188,8 +205,27 @@ class LinearAttention(MultiHeadAttention):
     ):
         if attention_mask is not None or return_attention_scores:
             raise ValueError(
-                "LinearAttention supports padding masks and `use_causal_mask` only; it has no "
+                "LinearAttention supports padding masks, `use_causal_mask` and `window` only; it has no "
                 "attention_mask and no attention scores."
+            )
+        if check_window(window) is not None:
+            # The windowed form: MultiHeadAttention's masks and ring cache,
+            # with the kernel of `_compute_attention` below.
+            if cache is not None and len(cache.shape) != 5:
+                raise ValueError(
+                    "With a `window` the cache is a ring of keys and values (init_cache(..., window=...)), "
+                    f"not the recurrent state. Received: cache.shape={tuple(cache.shape)}"
+                )
+            return super().call(
+                query, value, key, query_mask=query_mask, value_mask=value_mask, key_mask=key_mask,
+                use_causal_mask=use_causal_mask or cache is not None, window=window, cache=cache,
+                cache_update_index=cache_update_index, training=training,
+            )
+        if cache is not None and len(cache.shape) == 5:
+            raise ValueError(
+                "Without a `window` the cache is the recurrent state (init_cache(batch_size)); a ring of keys and "
+                f"values (init_cache(..., window=...)) needs its `window`. Received: cache.shape={tuple(cache.shape)}, "
+                "window=None"
             )
         value, key, query_mask, key_padding = self._resolve_inputs(
             query, value, key, query_mask, value_mask, key_mask, cache
@@ -219,6 +255,33 @@ class LinearAttention(MultiHeadAttention):
         if cache is not None:
             return outputs, ops.cast(state, cache.dtype)
         return outputs
+
+    def _compute_attention(self, query, key, value, attention_mask, bias, training, return_attention_scores):
+        """The windowed form: the kernel `phi(q) . phi(k)` in place of `exp(q . k)`, under an explicit mask.
+
+        `(B, T, N, H)` queries over `(B, S, K, H)` keys; O(T * S), for
+        windows and ring caches (the unmasked forms use `_linear_attention`).
+        """
+        q, k, v = (ops.cast(x, "float32") for x in (query, self._repeat_kv(key), self._repeat_kv(value)))
+        mask = ops.cast(attention_mask, "float32")
+        if len(mask.shape) == 3:
+            mask = ops.expand_dims(mask, 1)
+        batch, length = ops.shape(q)[0], ops.shape(q)[1]
+        mask = ops.broadcast_to(mask, (batch, self.num_heads, length, ops.shape(k)[1]))  # [B, N, T, S]
+        k_features = self._key_features(k)
+        if self.feature_map == "elu":
+            q_features = ops.elu(q) + 1.0
+        else:
+            # Shen et al., causally: each key feature's softmax runs over the
+            # keys the query sees.
+            totals = ops.einsum("bnts,bsnh->btnh", mask, k_features)
+            q_features = ops.softmax(q, axis=-1) / (totals + self.epsilon)
+        scores = ops.einsum("btnh,bsnh->bnts", q_features, k_features) * mask
+        outputs = ops.einsum("bnts,bsnv->btnv", scores, v)
+        if self.feature_map == "elu":
+            normaliser = ops.transpose(ops.sum(scores, axis=-1), (0, 2, 1))[..., None]  # [B, T, N, 1]
+            outputs = outputs / (normaliser + self.epsilon)
+        return ops.cast(outputs, value.dtype), None
 
     def _key_features(self, k):
         if self.feature_map == "elu":

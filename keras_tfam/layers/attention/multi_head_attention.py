@@ -10,7 +10,7 @@ from keras_tfam.ops.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, check_window, static_int
 
 
 # Causal self-attention over at least this many positions runs in query blocks.
@@ -56,7 +56,7 @@ class MultiHeadAttention(keras.layers.Layer):
     position scheme plugs in: rotary rotates queries and keys at their
     absolute positions, ALiBi and relative buckets add a bias to the scores.
 
-    For decoding, a static-size KV cache `(B, 2, max_length, K, H)` holds the
+    For decoding, a static-size KV cache `(B, 2, slots, K, H)` holds the
     keys (index 0) and values (index 1) of every position; the keys and
     values of the new tokens are written at `cache_update_index`, and the
     queries attend to the whole cache (use the causal mask, or an attention
@@ -64,6 +64,13 @@ class MultiHeadAttention(keras.layers.Layer):
     index is used as it is: the precomputed keys and values of a
     cross-attention source. `resize_cache` grows a cache, so decoding can
     start with a short one and attend over fewer slots.
+
+    With a `window`, each query attends to at most the `window` most recent
+    positions (itself included; Beltagy et al. 2020, Mistral), and a cache
+    is a ring: position `p` lives in slot `p % slots`, so a cache of
+    `window` slots decodes any number of tokens in O(window) memory and
+    time per token (`init_cache(..., window=W)`). Without a window a cache
+    is a plain buffer, and writing past its last slot is an error.
 
     Causal self-attention over 128 positions or more (static lengths, no
     cache) runs in 4 blocks of queries, each over the keys up to its last
@@ -99,10 +106,13 @@ class MultiHeadAttention(keras.layers.Layer):
             masks (`Embedding(mask_zero=True)`) when not given.
         attention_mask: boolean `(B, T, S)`, `True` = may attend.
         use_causal_mask: hide keys at later positions than the query.
-        cache: `(B, 2, max_length, K, H)` KV cache, or `None`.
-        cache_update_index: where the new keys/values go in `cache` (an int
-            or scalar int tensor); also the absolute position of the first
-            query.
+        window: attend to at most the `window` most recent positions (an
+            int or scalar int tensor), or `None`. With a cache, the cache is
+            a ring buffer (see above).
+        cache: `(B, 2, slots, K, H)` KV cache, or `None`.
+        cache_update_index: the absolute position of the first new token (an
+            int or scalar int tensor); its keys/values go to that slot (to
+            that slot modulo `slots` in a ring cache).
         return_attention_scores: also return the `(B, N, T, S)` weights.
         training: whether dropout is active.
 
@@ -259,33 +269,34 @@ class MultiHeadAttention(keras.layers.Layer):
         key_mask=None,
         attention_mask=None,
         use_causal_mask=False,
+        window=None,
         cache=None,
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
     ):
+        window = check_window(window)
         value, key, query_mask, key_padding_mask = self._resolve_inputs(
             query, value, key, query_mask, value_mask, key_mask, cache
         )
         query_heads = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
-        query_offset = 0 if cache_update_index is None else cache_update_index
         if cache is not None:
             self._check_cache(cache)
+        offset = 0 if cache_update_index is None else cache_update_index
+        query_positions = mask_ops.positions(ops.shape(query_heads)[1], offset)
         if cache is not None and cache_update_index is None:
             key_heads, value_heads = cache[:, 0], cache[:, 1]  # precomputed source
+            key_positions = mask_ops.positions(ops.shape(key_heads)[1])
         else:
             key_heads = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
             value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
             if self.position is not None:
-                query_heads, key_heads = self.position.rotate_query_key(
-                    query_heads, key_heads, query_offset, query_offset
-                )
+                query_heads, key_heads = self.position.rotate_query_key(query_heads, key_heads, offset, offset)
+            key_positions = mask_ops.positions(ops.shape(key_heads)[1], offset)
             if cache is not None:
-                # One in-place update of the whole cache (XLA reuses its buffer
-                # inside the decoding loop) rather than two updates and a stack.
-                update = ops.cast(ops.stack([key_heads, value_heads], axis=1), cache.dtype)
-                cache = ops.slice_update(cache, (0, 0, cache_update_index, 0, 0), update)
-                key_heads, value_heads = cache[:, 0], cache[:, 1]
+                cache, key_heads, value_heads, key_positions = self._update_cache(
+                    cache, key_heads, value_heads, cache_update_index, window
+                )
 
         blocks = None
         if use_causal_mask and cache is None and not return_attention_scores:
@@ -303,8 +314,10 @@ class MultiHeadAttention(keras.layers.Layer):
                         query_mask=None if query_mask is None else query_mask[:, start:stop],
                         key_padding_mask=None if key_padding_mask is None else key_padding_mask[:, :stop],
                         attention_mask=_mask_block(attention_mask, start, stop),
+                        query_positions=query_positions[start:stop],
+                        key_positions=key_positions[:stop],
                         causal=True,
-                        query_offset=start,
+                        window=window,
                         training=training,
                     )[0]
                     for start, stop in blocks
@@ -320,8 +333,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 query_mask=query_mask,
                 key_padding_mask=key_padding_mask,
                 attention_mask=attention_mask,
+                query_positions=query_positions,
+                key_positions=key_positions,
                 causal=use_causal_mask,
-                query_offset=query_offset,
+                window=window,
                 training=training,
                 return_attention_scores=return_attention_scores,
             )
@@ -334,28 +349,97 @@ class MultiHeadAttention(keras.layers.Layer):
             return outputs, weights
         return outputs
 
+    def _update_cache(self, cache, key_heads, value_heads, index, window):
+        """Writes the new keys/values into `cache`.
+
+        Returns `(cache, keys, values, key_positions)`: what the queries
+        attend to, and the absolute position of each key (`-1`: empty slot).
+        """
+        update = ops.cast(ops.stack([key_heads, value_heads], axis=1), cache.dtype)  # [B, 2, T, K, H]
+        new = update.shape[2]
+        slots = cache.shape[2] if cache.shape[2] is not None else ops.shape(cache)[2]
+        known_index = static_int(index)
+        self._check_cache_index(known_index, new, slots, window)
+        fits = known_index is not None and new is not None and isinstance(slots, int) and known_index + new <= slots
+        if window is None or new == 1 or fits:
+            # Written in place, then attended (XLA reuses the cache's buffer
+            # inside the decoding loop). One new position in a ring replaces
+            # the one that just left the window.
+            start = index
+            if window is not None and not fits:
+                start = known_index % slots if known_index is not None else ops.mod(index, slots)
+            cache = ops.slice_update(cache, (0, 0, start, 0, 0), update)
+            return cache, cache[:, 0], cache[:, 1], mask_ops.ring_positions(slots, ops.add(index, ops.shape(update)[2]))
+        # Several new positions that may wrap around the ring: a later one
+        # would overwrite a key an earlier query still sees, so the queries
+        # attend to the old slots and the new keys side by side, and the ring
+        # keeps the latest position of each slot.
+        length = ops.shape(update)[2]
+        keys = ops.concatenate([cache[:, 0], update[:, 0]], axis=1)
+        values = ops.concatenate([cache[:, 1], update[:, 1]], axis=1)
+        key_positions = ops.concatenate(
+            [mask_ops.ring_positions(slots, index), mask_ops.positions(length, index)], axis=0
+        )
+        held = mask_ops.ring_positions(slots, ops.add(index, length))
+        fresh = ops.greater_equal(held, index)
+        taken = ops.take(update, ops.clip(held - index, 0, length - 1), axis=2)
+        cache = ops.where(fresh[None, None, :, None, None], taken, cache)
+        return cache, keys, values, key_positions
+
+    def _check_cache_index(self, index, new, slots, window):
+        """Errors for a `cache_update_index` known now that writes outside the cache."""
+        if index is None:
+            return
+        if index < 0:
+            raise ValueError(f"`cache_update_index` must be >= 0. Received: cache_update_index={index}")
+        if new is None or not isinstance(slots, int) or index + new <= slots:
+            return
+        if window is None:
+            raise ValueError(
+                f"`cache_update_index` {index} with {new} new token(s) writes positions {index}..{index + new - 1}, "
+                f"past the {slots} slots of `cache`. Grow the cache with `resize_cache`, or pass `window` to use it "
+                f"as a sliding-window (ring) cache. Received: cache_update_index={index}"
+            )
+        known_window = static_int(window)
+        if known_window is not None and slots < known_window:
+            raise ValueError(
+                f"A ring cache must hold the whole window once it wraps: {slots} slots for window={known_window}. "
+                f"Received: cache_update_index={index} with {new} new token(s)"
+            )
+
     def _attend(
-        self, query, key, value, *, query_mask, key_padding_mask, attention_mask, causal, query_offset, training,
-        return_attention_scores=False,
+        self, query, key, value, *, query_mask, key_padding_mask, attention_mask, query_positions, key_positions,
+        causal, window, training, return_attention_scores=False,
     ):
-        """Position bias and merged masks for `(B, T, N, H)` queries at `query_offset ..`, then attention."""
-        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+        """Position bias and merged masks for `(B, T, N, H)` queries, then attention."""
         bias = None
         if self.position is not None:
-            bias = self.position.attention_bias(query_length, key_length, query_offset)
+            bias = self.position.attention_bias(query_positions, key_positions)
+        position_rule = None
+        if causal or window is not None:
+            position_rule = mask_ops.position_mask(query_positions, key_positions, causal=causal, window=window)
         mask = mask_ops.merge_masks(
-            mask_ops.padding_to_attention_mask(query_mask, key_padding_mask),
-            attention_mask,
-            mask_ops.causal_mask(query_length, key_length, query_offset) if causal else None,
+            mask_ops.padding_to_attention_mask(query_mask, key_padding_mask), attention_mask, position_rule
         )
         return self._compute_attention(query, key, value, mask, bias, training, return_attention_scores)
 
-    def init_cache(self, batch_size, max_length, dtype="float32"):
-        """An empty KV cache `(B, 2, max_length, K, H)` for decoding."""
-        return ops.zeros((batch_size, 2, max_length, self.num_key_value_heads, self.key_dim), dtype)
+    def init_cache(self, batch_size, max_length, dtype="float32", window=None):
+        """An empty KV cache `(B, 2, slots, K, H)` for decoding `max_length` positions.
+
+        `slots` is `max_length`, or with a `window` at most `window`: a ring
+        that keeps only the positions a query can still see.
+        """
+        slots = max_length
+        if check_window(window) is not None:
+            both_known = isinstance(max_length, int) and isinstance(window, int)
+            slots = min(max_length, window) if both_known else ops.minimum(max_length, window)
+        return ops.zeros((batch_size, 2, slots, self.num_key_value_heads, self.key_dim), dtype)
 
     def resize_cache(self, cache, max_length):
-        """The cache grown to `max_length` positions (new positions empty)."""
+        """The cache grown to `max_length` positions (new positions empty).
+
+        A ring cache may only grow before it wraps around.
+        """
         if isinstance(max_length, int) and cache.shape[2] is not None and max_length < cache.shape[2]:
             raise ValueError(
                 "`resize_cache` only grows a cache. Received: max_length="

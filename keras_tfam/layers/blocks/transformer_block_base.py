@@ -17,6 +17,8 @@ class TransformerBlockBase(keras.layers.Layer):
     feed-forward sublayer and the norms, and wires each sublayer into the
     residual stream: pre-norm `x + dropout(f(norm(x)))` (Xiong et al. 2020,
     GPT-2) or post-norm `norm(x + dropout(f(x)))` (Vaswani et al. 2017).
+    A subclass's `call` reads as its residual lines:
+    `y = f(self._branch_input(norm, x)); x = self._add_branch(norm, x, y, training)`.
     """
 
     def __init__(
@@ -117,22 +119,18 @@ class TransformerBlockBase(keras.layers.Layer):
         self.feed_forward.build(inputs_shape)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
-    def _residual(self, x, norm, sublayer, training):
-        """Adds `sublayer` to the residual stream; `sublayer` returns `(y, extra)`."""
-        if self.norm_position == "pre":
-            y, extra = sublayer(norm(x))
-            return x + self.dropout_layer(y, training=training), extra
-        y, extra = sublayer(x)
-        return norm(x + self.dropout_layer(y, training=training)), extra
+    def _branch_input(self, norm, x):
+        """What a residual branch reads: `norm(x)` (pre-norm) or `x` (post-norm)."""
+        return norm(x) if self.norm_position == "pre" else x
 
-    def _feed_forward_residual(self, x, training):
-        x, _ = self._residual(
-            x,
-            self.feed_forward_norm,
-            lambda h: (self.feed_forward(h, training=training), None),
-            training,
-        )
-        return x
+    def _add_branch(self, norm, x, y, training):
+        """The stream after a branch: `x + y` (pre-norm) or `norm(x + y)` (post-norm), `y` dropped out."""
+        x = x + self.dropout_layer(y, training=training)
+        return x if self.norm_position == "pre" else norm(x)
+
+    def _feed_forward_branch(self, x, training):
+        y = self.feed_forward(self._branch_input(self.feed_forward_norm, x), training=training)
+        return self._add_branch(self.feed_forward_norm, x, y, training)
 
     def get_config(self):
         config = super().get_config()

@@ -38,6 +38,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         encoder_attention_mask: `(B, T, S)`.
         self_attention_cache: `(B, 2, L, K, H)` or `None`.
         self_attention_cache_update_index: where the new tokens go.
+        self_attention_window: the self-attention sees at most this many
+            most recent positions (a ring cache; see `MultiHeadAttention`).
         cross_attention_cache: precomputed `(B, 2, S, K, H)` keys/values of
             the encoder sequence, or `None`.
         use_causal_mask: default `True`.
@@ -94,6 +96,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         encoder_attention_mask=None,
         self_attention_cache=None,
         self_attention_cache_update_index=None,
+        self_attention_window=None,
         cross_attention_cache=None,
         use_causal_mask=True,
         training=None,
@@ -115,59 +118,41 @@ class TransformerDecoderBlock(TransformerBlockBase):
         if encoder_padding_mask is None and encoder_sequence is not None:
             encoder_padding_mask = mask_ops.keras_mask(encoder_sequence)
 
-        def self_attend(x):
-            if self_attention_cache is None:
-                return (
-                    self.self_attention_layer(
-                        x,
-                        x,
-                        query_mask=decoder_padding_mask,
-                        value_mask=decoder_padding_mask,
-                        attention_mask=decoder_attention_mask,
-                        use_causal_mask=use_causal_mask,
-                        training=training,
-                    ),
-                    None,
-                )
-            # With a cache the keys are the whole cache: a padding mask covers
-            # the cache positions, not the new queries.
-            return self.self_attention_layer(
-                x,
-                x,
+        # Self-attention. With a cache the keys are the whole cache: a padding
+        # mask covers the cache positions, not the new queries.
+        h = self._branch_input(self.self_attention_norm, decoder_sequence)
+        attention_options = dict(
+            attention_mask=decoder_attention_mask, use_causal_mask=use_causal_mask, training=training
+        )
+        if self_attention_window is not None:
+            attention_options["window"] = self_attention_window
+        if self_attention_cache is None:
+            y = self.self_attention_layer(
+                h, h, query_mask=decoder_padding_mask, value_mask=decoder_padding_mask, **attention_options
+            )
+        else:
+            y, cache = self.self_attention_layer(
+                h,
+                h,
                 value_mask=decoder_padding_mask,
-                attention_mask=decoder_attention_mask,
-                use_causal_mask=use_causal_mask,
                 cache=self_attention_cache,
                 cache_update_index=self_attention_cache_update_index,
-                training=training,
+                **attention_options,
             )
-
-        x, cache = self._residual(decoder_sequence, self.self_attention_norm, self_attend, training)
+        x = self._add_branch(self.self_attention_norm, decoder_sequence, y, training)
 
         if self.cross_attention_layer is not None:
+            h = self._branch_input(self.cross_attention_norm, x)
+            cross_options = dict(
+                value_mask=encoder_padding_mask, attention_mask=encoder_attention_mask, training=training
+            )
+            if cross_attention_cache is not None:
+                y, _ = self.cross_attention_layer(h, cache=cross_attention_cache, **cross_options)
+            else:
+                y = self.cross_attention_layer(h, encoder_sequence, **cross_options)
+            x = self._add_branch(self.cross_attention_norm, x, y, training)
 
-            def cross_attend(h):
-                if cross_attention_cache is not None:
-                    outputs, _ = self.cross_attention_layer(
-                        h,
-                        value_mask=encoder_padding_mask,
-                        attention_mask=encoder_attention_mask,
-                        cache=cross_attention_cache,
-                        training=training,
-                    )
-                    return outputs, None
-                outputs = self.cross_attention_layer(
-                    h,
-                    encoder_sequence,
-                    value_mask=encoder_padding_mask,
-                    attention_mask=encoder_attention_mask,
-                    training=training,
-                )
-                return outputs, None
-
-            x, _ = self._residual(x, self.cross_attention_norm, cross_attend, training)
-
-        x = self._feed_forward_residual(x, training)
+        x = self._feed_forward_branch(x, training)
         if self_attention_cache is not None:
             return x, cache
         return x

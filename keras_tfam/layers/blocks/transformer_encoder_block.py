@@ -70,20 +70,18 @@ class TransformerEncoderBlock(TransformerBlockBase):
         if padding_mask is None:
             padding_mask = mask_ops.keras_mask(inputs)
 
-        def attend(x):
-            outputs = self.attention_layer(
-                x,
-                x,
-                query_mask=padding_mask,
-                value_mask=padding_mask,
-                attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
-                training=training,
-            )
-            return outputs, None
-
-        x, _ = self._residual(inputs, self.attention_norm, attend, training)
-        return self._feed_forward_residual(x, training)
+        h = self._branch_input(self.attention_norm, inputs)
+        y = self.attention_layer(
+            h,
+            h,
+            query_mask=padding_mask,
+            value_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            training=training,
+        )
+        x = self._add_branch(self.attention_norm, inputs, y, training)
+        return self._feed_forward_branch(x, training)
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

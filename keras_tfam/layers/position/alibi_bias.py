@@ -7,7 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.ops.masks import _relative_distance
+from keras_tfam.ops.masks import relative_distance
 from keras_tfam.utils import check_positive_int
 
 
@@ -62,8 +62,8 @@ class ALiBiBias(AttentionPositionScheme):
         self.slopes = alibi_slopes(num_heads)
         self.built = True
 
-    def attention_bias(self, query_length, key_length, query_offset=0, key_offset=0):
-        distance = _relative_distance(query_length, key_length, query_offset, key_offset)
+    def attention_bias(self, query_positions, key_positions):
+        distance = relative_distance(query_positions, key_positions)
         distance = ops.cast(ops.abs(distance), "float32")
         slopes = ops.convert_to_tensor(self.slopes)[:, None, None]  # [N, 1, 1]
         return ops.expand_dims(-slopes * distance, 0)  # [1, N, T, S]

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_tfam.ops.masks import positions
+
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class AttentionPositionScheme(keras.layers.Layer):
@@ -14,25 +16,33 @@ class AttentionPositionScheme(keras.layers.Layer):
     defaults do nothing, so a scheme overrides only the hook it needs and the
     attention layer stays free of per-scheme branches.
 
-    Positions are absolute: the first query sits at `query_offset` and the
-    first key at `key_offset`. With a KV cache, queries and the newly written
-    keys both start at the cache update index, and bias schemes see the whole
-    cache as keys starting at position 0, so cached decoding sees the same
-    positions as a full pass.
+    Positions are absolute. Rotations see the position of the first query
+    and of the first new key (with a KV cache, both the cache update index);
+    biases see the position of every query and every key, since the keys of
+    a cache are its slots, and a sliding-window (ring) cache holds positions
+    out of order. So cached decoding sees the same positions as a full pass.
     """
 
     def rotate_query_key(self, query, key, query_offset=0, key_offset=0):
         """Returns `(query, key)` transformed; `(B, T, N, H)` / `(B, S, K, H)`."""
         return query, key
 
-    def attention_bias(self, query_length, key_length, query_offset=0, key_offset=0):
-        """Returns a float32 bias broadcastable to `(B, N, T, S)`, or `None`."""
+    def attention_bias(self, query_positions, key_positions):
+        """Returns a float32 bias broadcastable to `(B, N, T, S)`, or `None`.
+
+        Args:
+            query_positions: `(T,)` int32 absolute positions of the queries.
+            key_positions: `(S,)` int32 absolute positions of the keys.
+        """
         return None
 
     def call(self, attention_scores, query_offset=0):
-        """Bias schemes as a layer: `(B, N, T, S)` scores plus the bias, float32."""
+        """Bias schemes as a layer: `(B, N, T, S)` scores plus the bias, float32.
+
+        The queries sit at `query_offset ..`, the keys at `0 ..`.
+        """
         shape = ops.shape(attention_scores)
-        bias = self.attention_bias(shape[-2], shape[-1], query_offset)
+        bias = self.attention_bias(positions(shape[-2], query_offset), positions(shape[-1]))
         return ops.cast(attention_scores, "float32") + bias
 
     def compute_output_shape(self, attention_scores_shape):

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.ops.masks import _relative_distance
+from keras_tfam.ops.masks import relative_distance
 from keras_tfam.utils import check_positive_int
 
 
@@ -106,8 +106,8 @@ class RelativePositionBias(AttentionPositionScheme):
         )
         self.built = True
 
-    def attention_bias(self, query_length, key_length, query_offset=0, key_offset=0):
-        distance = _relative_distance(query_length, key_length, query_offset, key_offset)
+    def attention_bias(self, query_positions, key_positions):
+        distance = relative_distance(query_positions, key_positions)
         buckets = relative_position_buckets(
             distance, self.bidirectional, self.num_buckets, self.max_distance
         )

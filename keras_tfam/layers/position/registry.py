@@ -1,0 +1,23 @@
+"""Position schemes applied inside attention, by name: the list models and the CLI read.
+
+Each entry builds a fresh scheme for an attention layer of `num_heads`
+heads. These schemes see positions only through query-key distances, so a
+model using one can decode with sliding-window (ring) caches.
+"""
+
+from keras_tfam.layers.position.alibi_bias import ALiBiBias
+from keras_tfam.layers.position.relative_position_bias import RelativePositionBias
+from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
+
+ATTENTION_POSITIONS = {
+    "rotary": lambda num_heads: RotaryEmbedding(),
+    "alibi": ALiBiBias,
+    "relative": lambda num_heads: RelativePositionBias(num_heads, bidirectional=False),
+}
+
+
+def make_attention_position(name, num_heads):
+    """A new scheme registered as `name` for `num_heads` heads; a `ValueError` otherwise."""
+    if name not in ATTENTION_POSITIONS:
+        raise ValueError(f"`position` must be one of {tuple(ATTENTION_POSITIONS)}. Received: position={name!r}")
+    return ATTENTION_POSITIONS[name](num_heads)

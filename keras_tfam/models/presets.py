@@ -1,0 +1,48 @@
+"""Models by preset name: the list `tfam train --model` and `from_preset` read.
+
+A preset is a model class and its constructor arguments. A model family
+adds its presets here; the options a user may set on top of a preset are
+the class's own `OPTIONS` (argument -> type, or its closed set of values).
+"""
+
+from keras_tfam.models.gpt2_lm import GPT2LM
+from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+
+PRESETS = {name: (GPT2LM, arguments) for name, arguments in GPT2_PRESETS.items()}
+
+
+def get_preset(name):
+    """`(model class, constructor arguments)` of preset `name`; a `ValueError` otherwise."""
+    if name not in PRESETS:
+        raise ValueError(f"`model` must be one of {tuple(PRESETS)}. Received: model={name!r}")
+    model_class, arguments = PRESETS[name]
+    return model_class, dict(arguments)
+
+
+def model_options():
+    """`{option: type or choices}` over every preset's model class (what the CLI offers)."""
+    options = {}
+    for model_class, _ in PRESETS.values():
+        options.update(model_class.OPTIONS)
+    return options
+
+
+def check_model_option(model_class, name, value):
+    """Raises a `ValueError` naming `name` unless `value` fits `model_class.OPTIONS[name]`."""
+    if name not in model_class.OPTIONS:
+        raise ValueError(
+            f"{model_class.__name__} has no option `{name}`; its options: {sorted(model_class.OPTIONS)}. "
+            f"Received: {name}={value!r}"
+        )
+    kind = model_class.OPTIONS[name]
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise ValueError(f"`{name}` must be one of {kind}. Received: {name}={value!r}")
+        return
+    valid = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if kind is float:
+        valid = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not valid:
+        raise ValueError(f"`{name}` must be a {kind.__name__}. Received: {name}={value!r}")
+    if kind is int and value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
