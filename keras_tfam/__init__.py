@@ -1,7 +1,9 @@
 """keras_tfam: Transformer building blocks for Keras 3 and the GPT-2 pipeline built from them.
 
-TensorFlow is the default backend: importing keras_tfam before Keras sets
-`KERAS_BACKEND=tensorflow` unless the user chose another backend.
+The library is backend-neutral (`keras.ops` only): it runs on TensorFlow,
+JAX and PyTorch. TensorFlow is the default: importing keras_tfam before
+Keras sets `KERAS_BACKEND=tensorflow` unless the user chose another backend.
+The pipelines (`pipelines/`) need TensorFlow.
 """
 
 import os
@@ -10,5 +12,12 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from keras_tfam import generation, layers, models, ops  # noqa: E402
 
-__version__ = "0.1.0"
-__all__ = ["generation", "layers", "models", "ops", "__version__"]
+__version__ = "0.2.0"
+__all__ = ["generation", "keras_backend", "layers", "models", "ops", "__version__"]
+
+
+def keras_backend():
+    """The Keras backend keras_tfam runs on (`"tensorflow"`, `"jax"` or `"torch"`)."""
+    import keras
+
+    return keras.config.backend()

@@ -28,6 +28,15 @@ def base_model_config(model):
     }
 
 
+def static_dim(dim):
+    """A shape entry as a Python int when it is known, else `None`.
+
+    Symbolic shapes differ by backend: `None` on TensorFlow, symbolic
+    dimension objects under JAX's shape polymorphism (which refuse `<`).
+    """
+    return dim if isinstance(dim, int) else None
+
+
 def static_int(value):
     """`value` as a Python int when it is known now, else `None`.
 

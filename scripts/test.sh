@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Creates (or reuses) .venv, installs keras_tfam with its test extra, runs the tests.
+# Creates (or reuses) .venv, installs keras_tfam with its test extra, runs the tests: the whole suite
+# on TensorFlow, then the backend-neutral library (layer harness, ops, generation, GPT-2 cached ==
+# uncached, Hugging Face parity) again on JAX. Arguments go to a single pytest run instead.
 # pytest exits non-zero when it fails or collects no test, and so does this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
-exec .venv/bin/python -m pytest -q "$@"
+if [ "$#" -gt 0 ]; then
+  exec .venv/bin/python -m pytest -q "$@"
+fi
+.venv/bin/python -m pytest -q
+echo "== the library on the JAX backend"
+KERAS_BACKEND=jax .venv/bin/python -m pytest -q -m "not training" tests/ops tests/layers tests/generation \
+  tests/models/test_gpt2_lm.py tests/convert/test_huggingface_gpt2.py

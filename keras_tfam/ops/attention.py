@@ -15,6 +15,8 @@ import math
 
 from keras import ops
 
+from keras_tfam.utils import static_dim
+
 # Masked scores are *replaced* by this value (never added to), so it cannot
 # overflow; exp(_MASKED - max) underflows to exactly 0 in float32.
 _MASKED_SCORE = -1e9
@@ -81,7 +83,7 @@ def attention_weights(query, key, attention_mask=None, bias=None, scale=None):
         scale = 1.0 / math.sqrt(query.shape[-1])
     # Scaling the query before the product keeps float16 scores in range.
     query = ops.multiply(query, ops.cast(scale, query.dtype))
-    if query.shape[1] == 1:
+    if static_dim(query.shape[1]) == 1:
         # One query (a decoding step): a broadcast multiply-and-sum reads the
         # keys once in their (B, S, K, H) layout, where a batched matmul would
         # first transpose the whole cache.
@@ -120,7 +122,7 @@ def apply_attention_weights(weights, value):
     """Weighted sum of values: `(B, N, T, S) x (B, S, K, H) -> (B, T, N, H)`."""
     num_heads, num_kv_heads = weights.shape[1], value.shape[2]
     weights = ops.cast(weights, value.dtype)
-    if weights.shape[2] == 1:
+    if static_dim(weights.shape[2]) == 1:
         # One query: weighted sum over S in the values' own layout (see above).
         shape = ops.shape(weights)
         grouped = ops.reshape(

@@ -255,16 +255,11 @@ class BPETokenizer(Tokenizer):
 
     def tokenize(self, lines):
         lines = tf.strings.join([tf.convert_to_tensor(lines, tf.string), "\n"])
-        ids = self._bpe.tokenize(lines)
-        if isinstance(ids, (list, tuple)):  # keras-hub's eager (Rust) path
-            lengths = [len(row) for row in ids]
-            flat = np.fromiter((i for row in ids for i in row), np.int32, sum(lengths))
-            ids = tf.RaggedTensor.from_row_lengths(flat, tf.constant(lengths, tf.int64))
-        return ids
+        return _ragged(self._bpe.tokenize(lines))
 
     def tokenize_prompt(self, prompts):
         """Like `tokenize`, without the end-of-line token."""
-        return self._bpe.tokenize(prompts)
+        return _ragged(self._bpe.tokenize(prompts))
 
     def detokenize(self, ids):
         text = self._bpe.detokenize(_as_ragged(ids))
@@ -281,6 +276,15 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def load(cls, directory):
         return cls(os.path.join(directory, "vocab.json"), os.path.join(directory, "merges.txt"))
+
+
+def _ragged(ids):
+    """keras-hub's eager (Rust) path returns lists of ids; the graph path a RaggedTensor."""
+    if isinstance(ids, (list, tuple)):
+        lengths = [len(row) for row in ids]
+        flat = np.fromiter((i for row in ids for i in row), np.int32, sum(lengths))
+        ids = tf.RaggedTensor.from_row_lengths(flat, tf.constant(lengths, tf.int64))
+    return ids
 
 
 TOKENIZERS = {"word": WordTokenizer, "bpe": BPETokenizer, "char": CharTokenizer}

@@ -12,6 +12,7 @@ def test_windows_predict_every_token_once():
     np.testing.assert_array_equal(windows[:4], [[0, 0, 0], [0, 0, 1], [0, 1, 2], [1, 2, 3]])
 
 
+@pytest.mark.training
 def test_learns_a_next_token_rule_and_saves(tmp_path):
     """Next token = token three back + 1 (mod 40): needs attention to a position, not a bag of words."""
     keras.utils.set_random_seed(0)

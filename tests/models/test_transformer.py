@@ -76,34 +76,92 @@ def test_greedy_is_beam_search_with_one_beam():
         assert list(greedy[row, : len(expected)]) == expected
 
 
-def test_learns_to_reverse_sequences():
-    """Reverse 4..8 tokens: at least 99% exact match on held-out sequences, greedy and beam 4."""
+REVERSE_LENGTH, REVERSE_VOCABULARY = 8, 16
+
+
+def reversal_batch(data, count):
+    """Sources of 4..8 tokens and their reversals between the start and stop tokens."""
+    lengths = data.integers(4, REVERSE_LENGTH + 1, size=count)
+    source = np.zeros((count, REVERSE_LENGTH), np.int32)
+    target = np.zeros((count, REVERSE_LENGTH + 2), np.int32)
+    for i, k in enumerate(lengths):
+        sequence = data.integers(3, REVERSE_VOCABULARY, size=k)
+        source[i, :k] = sequence
+        target[i, 0], target[i, 1 : k + 1], target[i, k + 1] = BOS, sequence[::-1], EOS
+    return source, target
+
+
+@pytest.fixture(scope="module")
+def reverser():
+    """A Transformer trained to reverse sequences, and held-out data."""
     keras.utils.set_random_seed(0)
     data = np.random.default_rng(0)
-    length, vocabulary = 8, 16
-
-    def batch(count):
-        lengths = data.integers(4, length + 1, size=count)
-        source = np.zeros((count, length), np.int32)
-        target = np.zeros((count, length + 2), np.int32)
-        for i, k in enumerate(lengths):
-            sequence = data.integers(3, vocabulary, size=k)
-            source[i, :k] = sequence
-            target[i, 0], target[i, 1 : k + 1], target[i, k + 1] = BOS, sequence[::-1], EOS
-        return source, target
-
-    model = Transformer(vocabulary_size=vocabulary, num_layers=2, num_heads=4, hidden_dim=64, intermediate_dim=128)
-    steps = 1500
-    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps, warmup_target=1e-3, warmup_steps=100)
+    model = Transformer(
+        vocabulary_size=REVERSE_VOCABULARY, num_layers=2, num_heads=4, hidden_dim=64, intermediate_dim=128
+    )
+    steps = 1000
+    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps, warmup_target=2e-3, warmup_steps=100)
     model.compile(keras.optimizers.Adam(schedule), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
-    source, target = batch(64 * steps)
+    source, target = reversal_batch(data, 64 * steps)
     model.fit({"source": source, "target": target[:, :-1]}, target[:, 1:], sample_weight=(target[:, 1:] != PAD).astype("float32"),
               batch_size=64, epochs=1, verbose=0)
-    source, target = batch(300)
+    return model, reversal_batch(data, 300)
+
+
+@pytest.mark.training
+def test_learns_to_reverse_sequences(reverser):
+    """At least 99% exact match on held-out sequences, greedy and beam 4."""
+    model, (source, target) = reverser
     for beam_size in (1, 4):
-        decoded = model.generate(source, BOS, EOS, max_length=length + 1, beam_size=beam_size)
+        decoded = model.generate(source, BOS, EOS, max_length=REVERSE_LENGTH + 1, beam_size=beam_size)
         accuracy = np.mean([np.array_equal(d, t[1:]) for d, t in zip(decoded, target)])
         assert accuracy >= 0.99, (beam_size, accuracy)
+
+
+def host_beam_search(model, source, max_length, beam_size, length_penalty):
+    """keras_tfam 0.1's beam search: a NumPy loop on the host around cached decoder steps."""
+    batch, rows = len(source), len(source) * beam_size
+    cache = model.init_cache(rows, max_length, source=np.repeat(source, beam_size, axis=0))
+    tokens = np.full((rows, max_length + 1), PAD, np.int32)
+    tokens[:, 0] = BOS
+    scores = np.zeros((batch, beam_size), np.float64)
+    scores[:, 1:] = -np.inf  # all beams start as the same hypothesis
+    finished = np.zeros(rows, bool)
+    lengths = np.zeros(rows, np.int32)
+    for t in range(max_length):
+        logits, cache = model.call_with_cache(tokens[:, t : t + 1], cache, t)
+        log_probs = np.asarray(keras.ops.log_softmax(logits[:, -1], axis=-1), np.float64)
+        vocabulary = log_probs.shape[-1]
+        # A finished hypothesis only extends with padding, at no cost.
+        log_probs[finished] = -np.inf
+        log_probs[finished, PAD] = 0.0
+        candidates = (scores.reshape(rows, 1) + log_probs).reshape(batch, beam_size * vocabulary)
+        new_lengths = (lengths + ~finished).reshape(batch, beam_size)
+        penalty = ((5.0 + np.repeat(new_lengths, vocabulary, axis=1)) / 6.0) ** length_penalty
+        best = np.argsort(-(candidates / penalty), axis=-1, kind="stable")[:, :beam_size]
+        origin = (np.arange(batch)[:, None] * beam_size + best // vocabulary).reshape(-1)
+        scores = np.take_along_axis(candidates, best, axis=-1)
+        tokens = tokens[origin]
+        tokens[:, t + 1] = (best % vocabulary).reshape(-1)
+        lengths = lengths[origin] + ~finished[origin]
+        finished = finished[origin] | (tokens[:, t + 1] == EOS)
+        cache = keras.tree.map_structure(lambda c: keras.ops.take(c, origin, axis=0), cache)
+        if finished.all():
+            break
+    penalised = scores / (((5.0 + lengths.reshape(batch, beam_size)) / 6.0) ** length_penalty)
+    top = np.argmax(penalised, axis=-1)
+    return tokens.reshape(batch, beam_size, -1)[np.arange(batch), top][:, 1:]
+
+
+@pytest.mark.training
+def test_compiled_beam_search_equals_the_host_beam_search(reverser):
+    model, (source, _) = reverser
+    source = source[:40]
+    for beam_size, length_penalty in ((4, 0.6), (3, 0.0)):
+        compiled = model.generate(source, BOS, EOS, max_length=REVERSE_LENGTH + 1, beam_size=beam_size,
+                                  length_penalty=length_penalty)
+        host = host_beam_search(model, source, REVERSE_LENGTH + 1, beam_size, length_penalty)
+        np.testing.assert_array_equal(compiled, host)
 
 
 def test_save_load_and_bad_arguments(tmp_path):

@@ -130,3 +130,25 @@ def test_failed_export_leaves_no_version_folder(trained_run, tmp_path, monkeypat
     with pytest.raises(OSError, match="disk full"):
         export.export_model(model, str(tmp_path / "models"), tokenizer)
     assert os.listdir(tmp_path / "models") == []
+
+
+def test_exported_generate_slides_past_the_trained_context(trained_run):
+    """The run trained at 32 tokens (a 32-row position table) asked for 200 new tokens: each step sees the
+    last 32 tokens at positions 0..31, as the model's own generate and a plain re-encoding loop do."""
+    model, _ = _load(trained_run)
+    assert model.max_length == 32 and model.max_sequence_length == 32
+    export = os.path.join(trained_run, "export", "1")
+    signature = tf.saved_model.load(export).signatures["generate"]
+    prompt = [5, 17, 30, 2, 9]
+    out = signature(
+        token_ids=tf.constant([prompt], tf.int32), lengths=tf.constant([5]), max_new_tokens=tf.constant(200),
+        temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0), seed=tf.constant(0),
+    )["token_ids"].numpy()
+    tokens = list(prompt)
+    for _ in range(200):
+        window = np.array([tokens[-32:]], np.int32)
+        tokens.append(int(np.argmax(np.asarray(model(window))[0, -1])))
+    np.testing.assert_array_equal(out[0], tokens)
+    np.testing.assert_array_equal(model.generate([prompt], 200), out)
+    result = run_tfam(["generate", trained_run, "--prompt", "the game", "--max-new-tokens", "60", "--sampler", "greedy"])
+    assert len(result.stdout.split()) >= 60  # word level: one word per new token

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.utils import check_positive_int, check_window
+from keras_tfam.utils import check_positive_int, check_window, static_dim
 
 FEATURE_MAPS = ("elu", "exp")
 # exp() of larger keys overflows float32; keys are clipped here (exp feature map).
@@ -24,7 +24,7 @@ def prefix_sum(x, axis=1, block=16):
     """
     if not isinstance(block, int) or isinstance(block, bool) or block < 2:
         raise ValueError(f"`block` must be an integer >= 2. Received: block={block!r}")
-    length = x.shape[axis]
+    length = static_dim(x.shape[axis])
     if length is None:
         return ops.cumsum(x, axis=axis)
     moved = ops.moveaxis(x, axis, 0)
@@ -63,7 +63,7 @@ def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
     Returns:
         `(B, T, N, Hv)` numerators and the `(B, N, H, Hv)` state after `T`.
     """
-    length = query.shape[1]
+    length = static_dim(query.shape[1])
     chunk = min(chunk_size, length) if length is not None else chunk_size
     shape = ops.shape(query)
     batch, steps, heads = shape[0], shape[1], shape[2]

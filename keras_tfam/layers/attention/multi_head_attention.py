@@ -10,7 +10,7 @@ from keras_tfam.ops.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-from keras_tfam.utils import check_positive_int, check_window, static_int
+from keras_tfam.utils import check_positive_int, check_window, static_dim, static_int
 
 
 # Causal self-attention over at least this many positions runs in query blocks.
@@ -300,7 +300,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
         blocks = None
         if use_causal_mask and cache is None and not return_attention_scores:
-            blocks = _causal_query_blocks(query_heads.shape[1], key_heads.shape[1], attention_mask)
+            blocks = _causal_query_blocks(
+                static_dim(query_heads.shape[1]), static_dim(key_heads.shape[1]), attention_mask
+            )
         if blocks:
             # Causal self-attention by blocks of queries, each over the keys up
             # to its last position: the score blocks above the diagonal, all
@@ -356,8 +358,8 @@ class MultiHeadAttention(keras.layers.Layer):
         attend to, and the absolute position of each key (`-1`: empty slot).
         """
         update = ops.cast(ops.stack([key_heads, value_heads], axis=1), cache.dtype)  # [B, 2, T, K, H]
-        new = update.shape[2]
-        slots = cache.shape[2] if cache.shape[2] is not None else ops.shape(cache)[2]
+        new = static_dim(update.shape[2])
+        slots = static_dim(cache.shape[2]) or ops.shape(cache)[2]
         known_index = static_int(index)
         self._check_cache_index(known_index, new, slots, window)
         fits = known_index is not None and new is not None and isinstance(slots, int) and known_index + new <= slots
@@ -440,7 +442,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
         A ring cache may only grow before it wraps around.
         """
-        if isinstance(max_length, int) and cache.shape[2] is not None and max_length < cache.shape[2]:
+        if isinstance(max_length, int) and static_dim(cache.shape[2]) is not None and max_length < cache.shape[2]:
             raise ValueError(
                 "`resize_cache` only grows a cache. Received: max_length="
                 f"{max_length} for a cache of {cache.shape[2]} positions"

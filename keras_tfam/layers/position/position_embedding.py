@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, static_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -43,7 +43,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0):
-        length = inputs.shape[-2]
+        length = static_dim(inputs.shape[-2])
         if length is not None and isinstance(start_index, int) and start_index + length > self.sequence_length:
             raise ValueError(
                 f"Positions {start_index}..{start_index + length - 1} exceed the "
@@ -51,12 +51,9 @@ class PositionEmbedding(keras.layers.Layer):
                 f"inputs.shape={tuple(inputs.shape)}, start_index={start_index}"
             )
         shape = ops.shape(inputs)
-        rows = ops.slice(
-            self.position_embeddings,
-            (ops.cast(start_index, "int32"), 0),
-            (shape[-2], self.position_embeddings.shape[-1]),
-        )
-        return ops.broadcast_to(ops.cast(rows, self.compute_dtype), shape)
+        table = ops.cast(self.position_embeddings, self.compute_dtype)
+        rows = ops.slice(table, (ops.cast(start_index, "int32"), 0), (shape[-2], table.shape[-1]))
+        return ops.broadcast_to(rows, shape)
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+from backend import compiled
 from harness import LayerHarness
 from reference import attention, dense, multi_head_attention, rotary
 
@@ -156,20 +157,18 @@ def test_token_by_token_cache_equals_full_causal_pass(position):
 
 
 def test_cache_in_compiled_function_with_tensor_index():
-    import tensorflow as tf
-
     x = rng.normal(size=(1, 4, 8)).astype("float32")
     layer = MultiHeadAttention(2, 4, position=RotaryEmbedding())
     full = np.asarray(layer(x, use_causal_mask=True))
 
-    @tf.function(jit_compile=True)
+    @compiled
     def step(token, cache, index):
         return layer(token, cache=cache, cache_update_index=index, use_causal_mask=True)
 
-    cache = tf.zeros((1, 2, 4, 2, 4))
+    cache = keras.ops.zeros((1, 2, 4, 2, 4))
     outs = []
     for t in range(4):
-        out, cache = step(x[:, t : t + 1], cache, tf.constant(t))
+        out, cache = step(x[:, t : t + 1], cache, np.int32(t))
         outs.append(np.asarray(out))
     np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
 

@@ -59,6 +59,7 @@ def test_encoder_is_invariant_to_input_permutations_and_padding():
     np.testing.assert_allclose(encoder(padded, mask=mask), encoder(x), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.training
 def test_perceiver_io_learns_a_set_majority():
     """Sets of 1..31 (odd) numbers in [0, 1]: is the majority above 0.5? Accuracy >= 95%."""
     keras.utils.set_random_seed(0)

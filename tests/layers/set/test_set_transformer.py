@@ -72,6 +72,7 @@ def test_pma_invariant_to_permutations_and_padding():
     np.testing.assert_allclose(layer(padded, mask=mask), layer(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.training
 def test_set_transformer_learns_the_maximum_of_a_set():
     """ISAB -> ISAB -> PMA(1) -> Dense on sets of 5..20 numbers in [0, 1].
 
