@@ -1,15 +1,28 @@
-"""Training callbacks: NaN-safe backups, validation perplexity, TensorBoard extras, speed."""
+"""Training callbacks: kill-safe backups and checkpoints, validation perplexity, TensorBoard, speed."""
 
-import json
 import math
 import os
+import re
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from pipelines.evaluation import evaluate_perplexity, nll_function
+from pipelines.checkpoints import save_checkpoint, verify_checkpoint
+from pipelines.errors import CorruptFileError, notice
+from pipelines.evaluation import METRICS, evaluate_perplexity, nll_function
+from pipelines.faults import fault_point
+from pipelines.files import (
+    TEMP_PREFIX,
+    atomic_path,
+    atomic_write_json,
+    digest_problem,
+    file_digest,
+    read_json,
+    set_aside,
+    sidecar_path,
+)
 
 
 def _finite(logs):
@@ -17,45 +30,140 @@ def _finite(logs):
 
 
 class SafeBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` that survives being killed mid-save and never backs up a NaN.
+    """`BackupAndRestore` that survives being killed mid-save, checks what it restores, never backs up a NaN.
 
-    Each backup is written under a temporary name and renamed into place, and
-    `training_metadata.json` (replaced atomically, last) names the weights file
-    it belongs to: a SIGKILL at any moment leaves the previous complete backup.
+    Each backup, `epoch-N.weights.h5`, is written under a temporary name and
+    renamed into place; then `training_metadata.json` (replaced atomically)
+    lists the newest backups, newest first, with their sizes and SHA-256. A
+    SIGKILL at any moment leaves the previous complete backup. The last
+    `keep` backups are kept, so that a backup damaged later (a truncated
+    file) falls back to the one before it, with a notice naming the damaged
+    file; if the metadata itself is damaged, the backups are found by their
+    file names. When no backup is usable the run stops (`CorruptFileError`)
+    rather than silently starting over.
+
     A non-finite loss (or a stop requested by `TerminateOnNaN`) skips the
     backup, so broken weights never replace the last good ones.
+
+    Args:
+        backup_dir: the folder of the backups.
+        keep: how many backups to keep (at least 1).
+        **kwargs: passed to `keras.callbacks.BackupAndRestore`.
     """
+
+    def __init__(self, backup_dir, keep=2, **kwargs):
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"`keep` must be a positive integer. Received: keep={keep!r}")
+        super().__init__(backup_dir, **kwargs)
+        self.keep = keep
+        self.metadata_path = os.path.join(backup_dir, "training_metadata.json")
+        self._backups = None
+
+    def restorable(self):
+        """The newest intact backup (`{"epoch", "weights", ...}`) or None; selected once, with notices."""
+        if self._backups is None:
+            self._backups = self._select()
+        return self._backups[0] if self._backups else None
+
+    def _weights_files(self):
+        found = []
+        for name in os.listdir(self.backup_dir) if os.path.isdir(self.backup_dir) else []:
+            match = re.fullmatch(r"epoch-(\d+)\.weights\.h5", name)
+            if match:
+                found.append({"epoch": int(match.group(1)), "weights": name})
+        return sorted(found, key=lambda backup: -backup["epoch"])
+
+    def _candidates(self):
+        try:
+            metadata = read_json(self.metadata_path)
+            if not isinstance(metadata, dict) or not {"epoch", "weights"} <= set(metadata):
+                raise CorruptFileError(self.metadata_path, "does not name a backup (no epoch or weights)")
+        except CorruptFileError as error:
+            found = self._weights_files()
+            notice(f"{error}: looking for the backups by their file names instead ({len(found)} found)")
+            return found
+        # Older runs recorded one backup, without a digest.
+        return metadata.get("backups") or [metadata]
+
+    def _problem(self, backup):
+        path = os.path.join(self.backup_dir, backup["weights"])
+        if "sha256" in backup:
+            return digest_problem(path, backup)
+        if not os.path.isfile(path):
+            return "is missing"
+        import h5py
+
+        try:
+            with h5py.File(path, "r"):
+                pass
+        except OSError as error:
+            return f"cannot be opened ({error})"
+        return None
+
+    def _select(self):
+        if not os.path.isfile(self.metadata_path):
+            # Nothing backed up yet (a first backup killed before its metadata
+            # was written leaves a weights file that the next backup replaces).
+            return []
+        damaged = []
+        candidates = self._candidates()
+        for index, backup in enumerate(candidates):
+            problem = self._problem(backup)
+            if problem is None:
+                for path, what in damaged:
+                    notice(
+                        f"{path} {what}: resuming from the previous backup {backup['weights']} "
+                        f"(epoch {backup['epoch']}) instead"
+                    )
+                return candidates[index:]
+            damaged.append((os.path.join(self.backup_dir, backup["weights"]), problem))
+        details = "; ".join(f"{path} {what}" for path, what in damaged) or "no backup file found"
+        raise CorruptFileError(
+            self.backup_dir,
+            f"holds no usable backup ({details})",
+            action=f"to start this run over from step 0, move {self.backup_dir} away and rerun the command",
+        )
 
     def on_train_begin(self, logs=None):
         self._load_model()
 
     def _load_model(self):
-        metadata_path = os.path.join(self.backup_dir, "training_metadata.json")
-        if not os.path.isfile(metadata_path):
+        backup = self.restorable()
+        if backup is None:
             return
-        with open(metadata_path) as f:
-            metadata = json.load(f)
         optimizer = self.model.optimizer
         if optimizer is not None and not optimizer.built:
             optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(os.path.join(self.backup_dir, metadata["weights"]))
-        self.model._initial_epoch = metadata["epoch"]
+        path = os.path.join(self.backup_dir, backup["weights"])
+        try:
+            self.model.load_weights(path)
+        except Exception as error:  # noqa: BLE001 - whatever h5py or Keras raises, say which file
+            raise CorruptFileError(
+                path,
+                f"cannot be loaded into this model ({type(error).__name__}: {error})",
+                action=f"to start this run over from step 0, move {self.backup_dir} away and rerun the command",
+            ) from error
+        self.model._initial_epoch = backup["epoch"]
 
     def _save_model(self):
-        os.makedirs(self.backup_dir, exist_ok=True)
         name = f"epoch-{self._current_epoch}.weights.h5"
-        partial = os.path.join(self.backup_dir, f"incomplete-{name}")
-        self.model.save_weights(partial, overwrite=True)
-        os.replace(partial, os.path.join(self.backup_dir, name))
-        metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "weights": name}
-        with open(os.path.join(self.backup_dir, "training_metadata.json.tmp"), "w") as f:
-            json.dump(metadata, f)
-        os.replace(
-            os.path.join(self.backup_dir, "training_metadata.json.tmp"),
-            os.path.join(self.backup_dir, "training_metadata.json"),
-        )
+        path = os.path.join(self.backup_dir, name)
+        with atomic_path(path, fault="backup-write") as temp:
+            self.model.save_weights(temp)
+        record = {
+            "epoch": self._current_epoch,
+            "batch": self._last_batch_seen,
+            "step": int(self.model.optimizer.iterations.numpy()),
+            "weights": name,
+            **file_digest(path),
+        }
+        older = [backup for backup in self._backups or [] if backup["weights"] != name]
+        kept = [record] + older[: self.keep - 1]
+        atomic_write_json(self.metadata_path, {**record, "backups": kept})
+        self._backups = kept
+        names = {backup["weights"] for backup in kept}
         for old in os.listdir(self.backup_dir):
-            if old.endswith(".weights.h5") and old != name:
+            if old.endswith(".weights.h5") and old not in names and not old.startswith(TEMP_PREFIX):
                 os.remove(os.path.join(self.backup_dir, old))
 
     def on_epoch_end(self, epoch, logs=None):
@@ -64,17 +172,28 @@ class SafeBackupAndRestore(keras.callbacks.BackupAndRestore):
 
 
 class PerplexityEvaluator(keras.callbacks.Callback):
-    """Every `every` epochs: validation loss and token/word perplexity into the logs.
+    """Every `every` epochs: validation loss and perplexities into the logs.
 
     Runs before the checkpoint callback so that `val_loss` can select the best
     model. Also logs the values to TensorBoard (`validation` writer) and
     generates a few text samples.
+
+    Args:
+        dataset: the validation stream (`(inputs, targets, weights)` batches).
+        units: the text units of the split, as `evaluate_perplexity` takes
+            them: `{"num_words": n}` (word perplexity) or
+            `{"num_characters": n}` (bits per character, for character-level
+            runs, where words are meaningless).
+        strategy: the distribution strategy.
+        every: evaluate every `every` epochs.
+        log_dir: TensorBoard folder (None: no TensorBoard).
+        sampler: a function returning a few text samples to log.
     """
 
-    def __init__(self, dataset, num_words, strategy, every=1, log_dir=None, sampler=None):
+    def __init__(self, dataset, units, strategy, every=1, log_dir=None, sampler=None):
         super().__init__()
         self.dataset = dataset
-        self.num_words = num_words
+        self.units = dict(units)
         self.strategy = strategy
         self.every = every
         self.sampler = sampler
@@ -86,7 +205,7 @@ class PerplexityEvaluator(keras.callbacks.Callback):
     def evaluate(self):
         if self._step is None:
             self._step = nll_function(self.model, self.strategy)
-        return evaluate_perplexity(self.model, self.dataset, self.num_words, self.strategy, self._step)
+        return evaluate_perplexity(self.model, self.dataset, strategy=self.strategy, step=self._step, **self.units)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None or (epoch + 1) % self.every:
@@ -96,14 +215,12 @@ class PerplexityEvaluator(keras.callbacks.Callback):
         result = self.evaluate()
         self.last = result
         self.last_step = int(self.model.optimizer.iterations.numpy())
-        logs["val_loss"] = result["loss"]
-        logs["val_token_perplexity"] = result["token_perplexity"]
-        logs["val_word_perplexity"] = result["word_perplexity"]
+        metrics = {name: result[name] for name in ("loss", *METRICS) if name in result}
+        logs.update({f"val_{name}": value for name, value in metrics.items()})
         if self.writer is not None:
             with self.writer.as_default(step=self.last_step):
-                tf.summary.scalar("loss", result["loss"])
-                tf.summary.scalar("token_perplexity", result["token_perplexity"])
-                tf.summary.scalar("word_perplexity", result["word_perplexity"])
+                for name, value in metrics.items():
+                    tf.summary.scalar(name, value)
                 if self.sampler is not None:
                     for i, text in enumerate(self.sampler()):
                         tf.summary.text(f"sample_{i}", text)
@@ -111,27 +228,56 @@ class PerplexityEvaluator(keras.callbacks.Callback):
 
 
 class BestCheckpoint(keras.callbacks.Callback):
-    """Saves the model as `.keras` whenever `val_loss` improves; the best value
-    survives restarts (`best.json`), so a resumed run cannot overwrite a better
-    checkpoint with a worse one, and a NaN is never an improvement."""
+    """Saves the model as `.keras` whenever `val_loss` improves, atomically and verifiably.
+
+    The best value survives restarts (the sidecar `best.json`, which also
+    holds the checkpoint's size and SHA-256), so a resumed run cannot
+    overwrite a better checkpoint with a worse one, and a NaN is never an
+    improvement. A checkpoint found damaged when the run starts is set aside
+    (`best.keras.corrupt`) with a notice, and the next validation result,
+    whatever it is, writes a new one.
+
+    Args:
+        path: the checkpoint, ending in `.keras`.
+    """
 
     def __init__(self, path):
         super().__init__()
         self.path = path
-        self.meta = path[: -len(".keras")] + ".json"
-        self.best = math.inf
-        if tf.io.gfile.exists(self.meta):
-            with open(self.meta) as f:
-                self.best = json.load(f)["val_loss"]
+        self.meta = sidecar_path(path)
+        self.best = self._recorded_best()
+
+    def _recorded_best(self):
+        if not os.path.isfile(self.path):
+            # No best model yet: none was saved, or the first save was killed
+            # before its rename (its sidecar then records no previous file).
+            try:
+                lost = os.path.isfile(self.meta) and read_json(self.meta).get("previous") is not None
+            except (CorruptFileError, AttributeError):
+                lost = True
+            if lost:
+                notice(f"{self.path} is missing: the next validation result writes a new one")
+            return math.inf
+        try:
+            return float(verify_checkpoint(self.path).get("val_loss", math.inf))
+        except CorruptFileError as error:
+            moved = set_aside(self.path)
+            notice(
+                f"{error}: moved it to {os.path.basename(moved)}; the next validation result writes a new best "
+                "checkpoint (until then the final model stands in for it)"
+            )
+            return math.inf
+
+    def consider(self, value, step):
+        """Saves the model if `value` (a validation loss at `step`) is the best so far."""
+        if value is None or not math.isfinite(value) or value >= self.best:
+            return False
+        self.best = float(value)
+        save_checkpoint(self.model, self.path, {"val_loss": self.best, "step": int(step)}, fault="best-write")
+        return True
 
     def on_epoch_end(self, epoch, logs=None):
-        value = (logs or {}).get("val_loss")
-        if value is None or not math.isfinite(value) or value >= self.best:
-            return
-        self.best = float(value)
-        self.model.save(self.path)
-        with open(self.meta, "w") as f:
-            json.dump({"val_loss": self.best, "step": int(self.model.optimizer.iterations.numpy())}, f)
+        self.consider((logs or {}).get("val_loss"), int(self.model.optimizer.iterations.numpy()))
 
 
 class ThroughputMonitor(keras.callbacks.Callback):
@@ -169,3 +315,29 @@ class ThroughputMonitor(keras.callbacks.Callback):
                 if logs and "loss" in logs:
                     tf.summary.scalar("step_loss", float(logs["loss"]))
             self.writer.flush()
+
+
+class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
+    """Keras' TensorBoard callback with the `epoch_*` series plotted against the global step.
+
+    Keras writes epoch summaries at the epoch index; the other series of a
+    run (validation, learning rate, tokens/s) are at the optimizer step, and
+    an epoch here is `backup_every` steps, so the epoch index would put them
+    on another axis.
+    """
+
+    def _log_epoch_metrics(self, epoch, logs):
+        super()._log_epoch_metrics(int(self.model.optimizer.iterations.numpy()), logs)
+
+
+class FaultPoints(keras.callbacks.Callback):
+    """The training kill points of `pipelines.faults`: `train-begin` and `step` (after each step).
+
+    Put it last, so that `train-begin` comes after the backup is restored.
+    """
+
+    def on_train_begin(self, logs=None):
+        fault_point("train-begin")
+
+    def on_train_batch_end(self, batch, logs=None):
+        fault_point("step")

@@ -5,15 +5,47 @@
     tfam eval RUN --data-dir DIR --split test
     tfam generate RUN --prompt "The meaning of life" --max-new-tokens 40 --sampler top_p
     tfam export RUN --out saved_models/gpt2_tiny/1
+
+Quiet by default: TensorFlow's C++ log lines are off and an error is one
+`tfam: error: ...` line; `--verbose` (anywhere on the line) shows both the
+logs and the traceback. Exit codes: 0 success, 2 usage errors (a bad option
+or value, a missing input, an existing export, a run directory in use),
+1 failures (NaN loss, unrecoverable damaged files, any other error).
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _import_tensorflow(verbose):
+    """Imports TensorFlow, keeping its C++ start-up log lines off stderr unless `verbose`.
+
+    TensorFlow 2.18+ logs through absl before `TF_CPP_MIN_LOG_LEVEL` takes
+    effect ("All log messages before absl::InitializeLog() ..."), so the
+    variable alone does not silence the import: stderr's file descriptor is
+    pointed at /dev/null while the libraries load.
+    """
+    if verbose:
+        import tensorflow  # noqa: F401
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _data_stats(args):
@@ -31,8 +63,20 @@ def _data_stats(args):
     print(json.dumps(stats))
 
 
+def _add_verbose(parser, top_level=False):
+    # On the sub-commands too, so that `tfam train ... --verbose` works; there
+    # the default must not overwrite a `tfam --verbose train ...`.
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        default=False if top_level else argparse.SUPPRESS,
+        help="show TensorFlow's log lines, and the traceback of an error",
+    )
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="tfam", description="keras_tfam pipelines")
+    _add_verbose(parser, top_level=True)
     commands = parser.add_subparsers(dest="command", required=True)
 
     data = commands.add_parser("data", help="dataset utilities").add_subparsers(dest="data_command", required=True)
@@ -41,21 +85,53 @@ def build_parser():
     stats.add_argument("--split", default="valid")
     stats.add_argument("--tokenizer", help="also count the tokens of a saved tokenizer (a folder)")
     stats.set_defaults(handler=_data_stats)
+    _add_verbose(stats)
 
     from pipelines import commands as pipeline_commands
 
     pipeline_commands.add_commands(commands)
+    for name in ("train", "eval", "generate", "export"):
+        _add_verbose(commands.choices[name])
     return parser
 
 
 def main(argv=None):
+    from pipelines.errors import RunInUse
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = "--verbose" in argv
+    _import_tensorflow(verbose)
     args = build_parser().parse_args(argv)
     try:
         args.handler(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        print(f"tfam: error: {error}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError, FileExistsError, RunInUse) as error:
+        return _fail(error, 2, verbose)
+    except KeyboardInterrupt:
+        print("tfam: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - one clear line instead of a traceback
+        return _fail(error, 1, verbose)
     return 0
+
+
+def _fail(error, code, verbose):
+    from pipelines.errors import Failure, RunInUse
+
+    if verbose:
+        import traceback
+
+        traceback.print_exception(error)
+    message = str(error) or type(error).__name__
+    if not isinstance(error, (Failure, RunInUse, ValueError, FileNotFoundError, FileExistsError)):
+        # An unexpected error: its type says more than its message alone.
+        message = f"{type(error).__name__}: {message}"
+    # One line, whatever the message held (TensorFlow's hold graph traces, Keras' colour codes).
+    message = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", message).split())
+    if len(message) > 600:
+        message = message[:600] + " ..."
+    hint = "" if verbose or isinstance(error, Failure) or code == 2 else " (rerun with --verbose for the traceback)"
+    print(f"tfam: error: {message}{hint}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -6,51 +6,76 @@ import os
 
 def _train(args):
     from pipelines.config import load_config, overrides_from_args
+    from pipelines.errors import TrainingDiverged
     from pipelines.training import format_summary, train
 
     config = load_config(args.config, overrides_from_args(args))
     summary = train(config)
     print(format_summary(summary))
+    if summary["stopped_on_nan"]:
+        raise TrainingDiverged(
+            f"training stopped at step {summary['steps']} of {config.max_steps}: the loss became NaN. "
+            f"The backups before it are kept in {os.path.join(config.out, 'backup')}, and no final checkpoint "
+            "or export was written; a lower --learning-rate (in a new --out) usually helps."
+        )
 
 
 def load_run(run_dir, checkpoint="best"):
-    """The model (`best` or `final` checkpoint, or a `.keras` file) and tokenizer of a run."""
-    import keras
+    """The model (`best` or `final` checkpoint, or a `.keras` file) and tokenizer of a run.
 
-    import keras_tfam  # noqa: F401 - registers the layers for loading
-    import pipelines.optimizer  # noqa: F401 - and the optimizer of compiled checkpoints
+    Each checkpoint is verified before it is loaded; a damaged `best.keras`
+    falls back to `final.keras` with a notice.
+
+    Raises:
+        FileNotFoundError: no such run, or no checkpoint in it.
+        CorruptFileError: no intact checkpoint, or a damaged tokenizer.
+    """
+    from pipelines.checkpoints import load_checkpoint
     from pipelines.data.tokenizers import load_tokenizer
+    from pipelines.errors import CorruptFileError, notice
 
     if os.path.isfile(run_dir) and run_dir.endswith(".keras"):
-        return keras.saving.load_model(run_dir), None
+        return load_checkpoint(run_dir), None
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"No run directory {run_dir!r}")
     names = ["best", "final"] if checkpoint == "best" else [checkpoint]
-    for name in names:
-        path = os.path.join(run_dir, "checkpoints", f"{name}.keras")
-        if os.path.isfile(path):
-            tokenizer_dir = os.path.join(run_dir, "tokenizer")
-            tokenizer = load_tokenizer(tokenizer_dir) if os.path.isdir(tokenizer_dir) else None
-            return keras.saving.load_model(path), tokenizer
-    raise FileNotFoundError(f"No checkpoint {names} in {os.path.join(run_dir, 'checkpoints')!r}")
+    paths = [os.path.join(run_dir, "checkpoints", f"{name}.keras") for name in names]
+    paths = [path for path in paths if os.path.isfile(path)]
+    if not paths:
+        raise FileNotFoundError(f"No checkpoint {names} in {os.path.join(run_dir, 'checkpoints')!r}")
+    tokenizer_dir = os.path.join(run_dir, "tokenizer")
+    tokenizer = load_tokenizer(tokenizer_dir) if os.path.isdir(tokenizer_dir) else None
+    for index, path in enumerate(paths):
+        try:
+            return load_checkpoint(path), tokenizer
+        except CorruptFileError as error:
+            if index + 1 == len(paths):
+                raise
+            notice(f"{error}: using {os.path.basename(paths[index + 1])} instead")
 
 
 def _eval(args):
     from pipelines.data.lm_stream import lm_dataset, tokenize_lines
-    from pipelines.data.wikitext import count_words, split_lines
-    from pipelines.evaluation import evaluate_perplexity
+    from pipelines.data.wikitext import is_named_split, split_lines
+    from pipelines.evaluation import evaluate_perplexity, text_units
+    from pipelines.training import check_sequence_length
 
-    if args.sequence_length < 1 or args.batch_size < 1:
+    for name in ("sequence_length", "batch_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"`--{name.replace('_', '-')}` must be positive. Received: {name}={getattr(args, name)}")
+    if args.data_dir is None and is_named_split(args.split):
         raise ValueError(
-            f"--sequence-length and --batch-size must be positive. Received: {args.sequence_length}, {args.batch_size}"
+            f"--split {args.split} is a WikiText split: pass --data-dir (the folder holding it), or give a text "
+            "file as --split"
         )
     lines = split_lines(args.data_dir, args.split)
     model, tokenizer = load_run(args.run, args.checkpoint)
     if tokenizer is None:
         raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
+    check_sequence_length(model, args.sequence_length)
     tokens = tokenize_lines(tokenizer, lines)
     dataset = lm_dataset(tokens, args.sequence_length, args.batch_size, tokenizer.eos_id)
-    result = evaluate_perplexity(model, dataset, count_words(lines))
+    result = evaluate_perplexity(model, dataset, **text_units(tokenizer.kind, lines))
     print(json.dumps({"split": args.split, **result}))
 
 
@@ -106,8 +131,8 @@ def add_commands(commands):
 
     evaluate = commands.add_parser("eval", help="perplexity of a run's checkpoint on a split (JSON)")
     run_arguments(evaluate)
-    evaluate.add_argument("--data-dir", required=True)
-    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--data-dir", help="folder of the WikiText splits (not needed when --split is a file)")
+    evaluate.add_argument("--split", default="test", help="train, valid, test, or a text file or folder")
     evaluate.add_argument("--sequence-length", type=int, default=128)
     evaluate.add_argument("--batch-size", type=int, default=16)
     evaluate.set_defaults(handler=_eval)

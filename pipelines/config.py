@@ -10,13 +10,18 @@ Unknown keys and invalid values are errors raised before any work starts.
 
 import dataclasses
 import json
+import math
 import os
 from typing import Optional
 
 from keras_tfam.models.presets import PRESETS, check_model_option, get_preset, model_options
 from pipelines.data.tokenizers import TOKENIZERS as TOKENIZER_CLASSES
+from pipelines.data.wikitext import WIKITEXT_VARIANTS
 
 TOKENIZERS = tuple(TOKENIZER_CLASSES)
+# The smallest vocabulary each tokenizer can have: word and char need their
+# end-of-line and unknown tokens, byte-level BPE its 256 bytes and <|endoftext|>.
+MIN_VOCABULARY_SIZE = {"word": 2, "char": 2, "bpe": 257}
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker")
 JIT = ("auto", "on", "off")
@@ -62,6 +67,9 @@ class TrainConfig:
 
     def validate(self):
         """Raises a `ValueError` naming the first invalid field and its value."""
+        self._check_types()
+        if not isinstance(self.model_options, dict):
+            raise ValueError(f"Invalid config: `model_options` must be a mapping. Received: {self.model_options!r}")
         model_class, _ = get_preset(self.model)
         for name, value in self.model_options.items():
             check_model_option(model_class, name, value)
@@ -82,6 +90,23 @@ class TrainConfig:
         checks.append(("weight_decay", self.weight_decay >= 0, "non-negative"))
         dropout = self.model_options.get("dropout")
         checks.append(("dropout", dropout is None or 0 <= dropout < 1, "in [0, 1)"))
+        for name in ("beta_1", "beta_2"):
+            checks.append((name, 0 <= getattr(self, name) < 1, "in [0, 1)"))
+        minimum = MIN_VOCABULARY_SIZE.get(self.tokenizer, 2)
+        checks.append((
+            "vocabulary_size",
+            self.vocabulary_size is None or self.vocabulary_size >= minimum,
+            f"unset or at least {minimum} for the {self.tokenizer} tokenizer",
+        ))
+        checks.append(("cpu_devices", self.cpu_devices is None or self.cpu_devices >= 1, "unset or a positive integer"))
+        checks.append(("seed", self.seed >= 0, "a non-negative integer"))
+        checks.append(("dataset", self.dataset in WIKITEXT_VARIANTS, f"one of {WIKITEXT_VARIANTS}"))
+        checks.append(("out", bool(self.out.strip()), "a directory path"))
+        checks.append((
+            "profile_steps",
+            self.profile_steps is None or _is_step_range(self.profile_steps),
+            "two step numbers 'first,last' with 1 <= first <= last",
+        ))
         for name, ok, expected in checks:
             if not ok:
                 value = getattr(self, name) if hasattr(self, name) else self.model_options.get(name)
@@ -97,8 +122,33 @@ class TrainConfig:
             raise FileNotFoundError(f"Invalid config: data_dir {self.data_dir!r} does not exist")
         return self
 
+    def _check_types(self):
+        # JSON config files can hold anything: a string learning rate, a float
+        # batch size, a NaN. Caught here, before any comparison trips on them.
+        for name, field in FIELDS.items():
+            value = getattr(self, name)
+            if value is None and field.type in (Optional[int], Optional[float], Optional[str]):
+                continue
+            if field.type in (int, Optional[int]):
+                ok, expected = isinstance(value, int) and not isinstance(value, bool), "an integer"
+            elif field.type in (float, Optional[float]):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                expected = "a finite number"
+            else:
+                ok, expected = isinstance(value, str), "a string"
+            if not ok:
+                raise ValueError(f"Invalid config: `{name}` must be {expected}. Received: {name}={value!r}")
+
     def to_dict(self):
         return dataclasses.asdict(self)
+
+
+def _is_step_range(text):
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        return False
+    first, last = (int(p) for p in parts)
+    return 1 <= first <= last
 
 
 NAMED_CONFIGS = {

@@ -1,15 +1,35 @@
-"""Perplexity: token-level loss and word-level perplexity of a model on a stream.
+"""Perplexity: token-level loss, and word perplexity or bits per character, of a model on a stream.
 
 Word-level perplexity is `exp(total NLL / number of words incl. <eos>)`, the
 split's total negative log-likelihood (over whatever tokens the tokenizer
 makes) divided by its standard word count, so results compare across
-tokenizers and with published word-level numbers.
+word-level and subword tokenizers and with published word-level numbers.
+A character-level model is measured in bits per character instead,
+`total NLL / characters (incl. one newline per line) / ln 2`, the unit of
+the character-level literature.
 """
 
 import math
 
 import keras
 import tensorflow as tf
+
+from pipelines.data.wikitext import count_characters, count_words
+
+#: The quality measures a result may hold besides `loss`, in the order they are shown.
+METRICS = ("token_perplexity", "word_perplexity", "bits_per_character")
+
+
+def text_units(tokenizer_kind, lines):
+    """The units a split is measured in: characters for a character-level tokenizer, else words.
+
+    Returns:
+        `{"num_characters": n}` or `{"num_words": n}`, keyword arguments of
+        `evaluate_perplexity`.
+    """
+    if tokenizer_kind == "char":
+        return {"num_characters": count_characters(lines)}
+    return {"num_words": count_words(lines)}
 
 
 def nll_function(model, strategy=None):
@@ -35,17 +55,20 @@ def nll_function(model, strategy=None):
     return step
 
 
-def evaluate_perplexity(model, dataset, num_words, strategy=None, step=None):
-    """Token loss, token perplexity and word perplexity of `model` on `dataset`.
+def evaluate_perplexity(model, dataset, num_words=None, strategy=None, step=None, num_characters=None):
+    """Token loss and perplexity, and word perplexity or bits per character, of `model` on `dataset`.
 
     Args:
         model: maps `(B, T)` ids to `(B, T, V)` logits.
         dataset: `(inputs, targets, weights)` batches covering the split once.
-        num_words: words of the split, `<eos>` included.
+        num_words: words of the split, `<eos>` included (None: no word perplexity).
+        num_characters: characters of the split, one newline per line
+            included (None: no bits per character).
 
     Returns:
         dict with `loss` (mean NLL per token, nats), `token_perplexity`,
-        `word_perplexity`, `tokens`, `words`, `nll`.
+        `tokens`, `nll`, and `word_perplexity` + `words` or
+        `bits_per_character` + `characters`.
     """
     strategy = strategy or tf.distribute.get_strategy()
     step = step or nll_function(model, strategy)
@@ -56,11 +79,10 @@ def evaluate_perplexity(model, dataset, num_words, strategy=None, step=None):
         count += float(batch_count)
     if count == 0:
         raise ValueError("The evaluation stream delivered no token")
-    return {
-        "loss": total / count,
-        "token_perplexity": math.exp(min(total / count, 700.0)),
-        "word_perplexity": math.exp(min(total / num_words, 700.0)),
-        "tokens": int(count),
-        "words": int(num_words),
-        "nll": total,
-    }
+    result = {"loss": total / count, "token_perplexity": math.exp(min(total / count, 700.0)), "tokens": int(count)}
+    if num_words is not None:
+        result.update(word_perplexity=math.exp(min(total / num_words, 700.0)), words=int(num_words))
+    if num_characters is not None:
+        result.update(bits_per_character=total / num_characters / math.log(2), characters=int(num_characters))
+    result["nll"] = total
+    return result

@@ -1,9 +1,13 @@
 """SavedModel export for TF Serving: `serving_default`, `generate` and `generate_text`.
 
 Layout: `<export_dir>/<version>/` with an integer version, as TF Serving
-expects. The model is written to a temporary folder beside the target and
-renamed into place only when complete, so an interrupted or failed export
-never leaves a version folder that looks complete.
+expects. The model is written to a temporary folder beside the target
+(`.incomplete-*`), flushed to disk, made world-readable (folders 0755, files
+0644: TF Serving often runs as another user) and renamed into place only
+when complete, so an interrupted or failed export never leaves a version
+folder that looks complete. `<export_dir>/.export.lock` lets one export at
+a time write there; the next export deletes what killed ones left behind
+(and puts back a version that an interrupted `--overwrite` had moved aside).
 
 Signatures (all without XLA, which TF Serving on CPU does not enable):
 
@@ -43,6 +47,10 @@ import keras
 import tensorflow as tf
 
 from keras_tfam.generation import Sampling, TensorSampler, generate_graph, prompt_checks
+from pipelines.errors import notice
+from pipelines.faults import fault_point
+from pipelines.files import fsync_directory, fsync_tree
+from pipelines.run_lock import RunLock
 
 _SCALARS = dict(
     max_new_tokens=tf.TensorSpec([], tf.int32, name="max_new_tokens"),
@@ -161,33 +169,84 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False):
     token-level signatures too), and `<export_dir>/<version>/` keeps only
     the token-level signatures, loadable by any TensorFlow.
     """
-    target = resolve_version_dir(export_dir)
-    text_target = None
-    if not core_ops_only(tokenizer):
+    split_text = not core_ops_only(tokenizer)
+    if split_text:
+        planned = resolve_version_dir(export_dir)
+        text_planned = os.path.join(text_export_dir(os.path.dirname(planned)), os.path.basename(planned))
+        if os.path.exists(text_planned) and not overwrite:
+            raise FileExistsError(f"Export {text_planned!r} exists already; pass --overwrite to replace it")
+    target = _export(_archive(model, tokenizer, text_signature=not split_text), export_dir, overwrite)
+    if split_text:
         text_target = os.path.join(text_export_dir(os.path.dirname(target)), os.path.basename(target))
-    for path in (target, text_target):
-        if path is not None and os.path.exists(path) and not overwrite:
-            raise FileExistsError(f"Export {path!r} exists already; pass --overwrite to replace it")
-    _write_out(_archive(model, tokenizer, text_signature=text_target is None), target)
-    if text_target is not None:
-        _write_out(_archive(model, tokenizer), text_target)
+        _export(_archive(model, tokenizer), text_target, overwrite)
     return target
 
 
-def _write_out(archive, target):
-    """Writes `archive` to a staging folder beside `target`, then renames it into place."""
+def _export(archive, export_dir, overwrite):
+    """Writes one version of `archive` under `export_dir`, holding the folder's export lock."""
+    target = resolve_version_dir(export_dir)
+    if os.path.exists(target) and not overwrite:
+        raise FileExistsError(f"Export {target!r} exists already; pass --overwrite to replace it")
     parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
+    with RunLock(parent, name=".export.lock", remove_if_unused=False):
+        _clean_killed_exports(parent)
+        target = resolve_version_dir(export_dir)  # a version put back by the cleaning counts
+        if os.path.exists(target) and not overwrite:
+            raise FileExistsError(f"Export {target!r} exists already; pass --overwrite to replace it")
+        _write_version(archive, target)
+    return target
+
+
+def _readable_by_all(path):
+    """Folders 0755, files 0644 under `path` (`mkdtemp` makes 0700; TF Serving may run as another user)."""
+    os.chmod(path, 0o755)
+    for root, folders, files in os.walk(path):
+        for name in folders:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+
+
+def _write_version(archive, target):
+    """Writes `archive` to the version folder `target` through a staging folder, atomically."""
+    parent, version = os.path.split(target)
     staging = tempfile.mkdtemp(prefix=".incomplete-", dir=parent)
     try:
         archive.write_out(staging, verbose=False)
+        _readable_by_all(staging)
+        fsync_tree(staging)
+        fault_point("export-write")
         if os.path.exists(target):
-            retired = tempfile.mkdtemp(prefix=".replaced-", dir=parent)
+            # Moved aside under a name that says which version it was, so that
+            # the next export can put it back if this one is killed midway.
+            retired = tempfile.mkdtemp(prefix=f".replaced-{version}-", dir=parent)
             os.rename(target, os.path.join(retired, "old"))
             os.rename(staging, target)
+            fsync_directory(parent)
             shutil.rmtree(retired, ignore_errors=True)
         else:
             os.rename(staging, target)
+        fsync_directory(parent)
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _clean_killed_exports(parent):
+    """Deletes the staging folders of killed exports; puts back a version a killed overwrite moved aside.
+
+    Call it holding the folder's `.export.lock`: nobody else is exporting.
+    """
+    for name in sorted(os.listdir(parent)):
+        path = os.path.join(parent, name)
+        if name.startswith(".incomplete-"):
+            shutil.rmtree(path, ignore_errors=True)
+            notice(f"deleted {path}, the unfinished folder of an export that was killed")
+            continue
+        match = re.fullmatch(r"\.replaced-(\d+)-.*", name)
+        if match:
+            old, version = os.path.join(path, "old"), os.path.join(parent, match.group(1))
+            if os.path.isdir(old) and not os.path.exists(version):
+                os.rename(old, version)
+                notice(f"put back {version}, which an export killed while replacing it had moved aside")
+            shutil.rmtree(path, ignore_errors=True)

@@ -2,19 +2,27 @@
 
 Run directory layout (`--out RUN`):
 
+    RUN/.lock                    held while a process trains here (one at a time)
     RUN/config.json              the config (a rerun must match it)
     RUN/tokenizer/               the tokenizer, trained on the train split
-    RUN/cache/<split>.npy        the tokenized splits (cache after tokenization)
+    RUN/cache/<split>-<key>.npy  the tokenized splits, keyed by the tokenizer and the text
     RUN/backup/                  BackupAndRestore state: rerunning the command resumes
-    RUN/checkpoints/best.keras   the model with the best validation loss
-    RUN/checkpoints/final.keras  the model at the end of training
+    RUN/checkpoints/best.keras   the model with the best validation loss (+ best.json)
+    RUN/checkpoints/final.keras  the model at the end of training (+ final.json)
     RUN/logs/                    TensorBoard (train/, validation/)
+    RUN/summary.json             the results
     RUN/export/<version>/        the SavedModel for TF Serving (or --export-dir)
+
+Every file is written atomically and checked when it is read back (see
+`pipelines.files`); a damaged one is reported by name, with what is done
+about it: a derived file is rebuilt, a damaged backup or checkpoint falls
+back to the previous one, and a run is never silently started over.
 """
 
-import json
+import hashlib
 import math
 import os
+import re
 import statistics
 
 import keras
@@ -22,13 +30,33 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tfam.models.presets import get_preset
-from pipelines.callbacks import BestCheckpoint, PerplexityEvaluator, SafeBackupAndRestore, ThroughputMonitor
+from pipelines.callbacks import (
+    BestCheckpoint,
+    FaultPoints,
+    GlobalStepTensorBoard,
+    PerplexityEvaluator,
+    SafeBackupAndRestore,
+    ThroughputMonitor,
+)
+from pipelines.checkpoints import load_checkpoint, save_checkpoint
 from pipelines.data.lm_stream import lm_dataset, tokenize_lines
 from pipelines.data.tokenizers import load_tokenizer, train_tokenizer
-from pipelines.data.wikitext import count_words, split_lines
+from pipelines.data.wikitext import is_named_split, split_lines
+from pipelines.errors import CorruptFileError, notice
+from pipelines.evaluation import text_units
 from pipelines.export import export_model
+from pipelines.files import (
+    atomic_path,
+    atomic_write_json,
+    bytes_digest,
+    file_digest,
+    read_json,
+    remove_temporaries,
+    set_aside,
+)
 from pipelines.keras_workarounds import patch_multi_worker_fit
 from pipelines.optimizer import GlobalClipAdamW
+from pipelines.run_lock import RunLock
 
 # Fields that may differ between a run and its resumption.
 _RESUMABLE = {"max_steps", "out", "export_dir", "profile_steps", "samples", "sample_tokens", "data_dir"}
@@ -81,40 +109,131 @@ def _worker_dir(run_dir, strategy):
 
 
 def _check_run_config(run_dir, config):
+    """Refuses a rerun whose config differs from the run's; True if the run has no config yet."""
     path = os.path.join(run_dir, "config.json")
-    values = config.to_dict()
-    if os.path.isfile(path):
-        with open(path) as f:
-            previous = json.load(f)
-        changed = {k: (previous.get(k), v) for k, v in values.items() if k not in _RESUMABLE and previous.get(k) != v}
-        if changed:
-            raise ValueError(
-                f"{run_dir!r} holds a run with another config; changed fields (saved, given): {changed}. "
-                "Use another --out."
-            )
-    os.makedirs(run_dir, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(values, f, indent=2)
+    if not os.path.isfile(path):
+        return True
+    try:
+        previous = read_json(path)
+    except CorruptFileError as error:
+        raise CorruptFileError(
+            path,
+            error.problem,
+            action="it records the run's options: if this command has them, delete the file and rerun "
+            "(it is written again from them)",
+        ) from None
+    changed = {
+        k: (previous.get(k), v) for k, v in config.to_dict().items() if k not in _RESUMABLE and previous.get(k) != v
+    }
+    if changed:
+        raise ValueError(
+            f"{run_dir!r} holds a run with another config; changed fields (saved, given): {changed}. "
+            "Use another --out."
+        )
+    return False
 
 
-def _tokens(run_dir, tokenizer, lines, name):
-    """The split's token stream, cached in the run after the first tokenization."""
-    path = os.path.join(run_dir, "cache", f"{name}.npy")
+def _run_tokenizer(run_dir, config, train_lines):
+    """The run's tokenizer: loaded (and checked), or trained; `(tokenizer, needs_saving)`.
+
+    A damaged tokenizer file is repaired by training again on the train
+    split, which is deterministic: the retrained files must have the digests
+    that `tokenizer.json` recorded, or the run stops.
+    """
+    directory = os.path.join(run_dir, "tokenizer")
+    if not os.path.isdir(directory) or not os.listdir(directory):
+        return train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size), True
+    try:
+        return load_tokenizer(directory), False
+    except CorruptFileError as error:
+        damage = error
+    except FileNotFoundError:  # files without tokenizer.json: a save that older versions did not finish
+        damage = CorruptFileError(directory, "holds no complete tokenizer (no tokenizer.json)")
+    retrained = train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size)
+    digests = {name: bytes_digest(data) for name, data in retrained.files().items()}
+    try:
+        recorded = read_json(os.path.join(directory, "tokenizer.json")).get("files")
+    except (CorruptFileError, AttributeError):
+        # The manifest itself is damaged: compare with the files on disk instead.
+        recorded = {
+            name: file_digest(os.path.join(directory, name)) for name in digests if os.path.isfile(os.path.join(directory, name))
+        }
+    if recorded != digests:
+        raise CorruptFileError(
+            damage.path,
+            damage.problem,
+            action="training the tokenizer again on the train split does not give the recorded one "
+            "(tokenizer.json), so the run cannot go on with it: restore the file, or start a new run "
+            "in another --out",
+        )
+    notice(f"{damage}: trained the tokenizer again on the train split (identical to the recorded one) and rewrote it")
+    set_aside(directory)
+    _save_tokenizer(retrained, directory)
+    return retrained, False
+
+
+def _save_tokenizer(tokenizer, directory):
+    # Staged in a temporary folder and renamed: a kill leaves no half tokenizer.
+    with atomic_path(directory, fault="tokenizer-write") as staging:
+        tokenizer.save(staging)
+
+
+# Bump when tokenization changes, so that caches of the old code are not reused.
+_CACHE_VERSION = 1
+
+
+def _tokens(run_dir, tokenizer, lines, split):
+    """The split's token stream, cached in the run under a key of everything that produced it.
+
+    The key hashes the tokenizer (kind, vocabulary, merges) and the text
+    itself, so another tokenizer or an edited file never reads a stale
+    cache. A cache that does not read back as int32 ids of this vocabulary
+    is rebuilt.
+    """
+    key = hashlib.sha256(f"tfam-cache-{_CACHE_VERSION}\0{tokenizer.fingerprint()}\0".encode("utf-8"))
+    for line in lines:
+        key.update(line.encode("utf-8"))
+        key.update(b"\n")
+    label = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(os.path.normpath(split))) or "split"
+    path = os.path.join(run_dir, "cache", f"{label}-{key.hexdigest()[:20]}.npy")
     if os.path.isfile(path):
-        return np.load(path)
+        try:
+            tokens = np.load(path, allow_pickle=False)
+            problem = None
+        except (ValueError, OSError, EOFError) as error:
+            problem = f"cannot be read ({error})"
+        else:
+            if tokens.dtype != np.int32 or tokens.ndim != 1:
+                problem = f"holds {tokens.dtype} of shape {tokens.shape}, not a stream of int32 ids"
+            elif tokens.size and (tokens.min() < 0 or tokens.max() >= tokenizer.vocabulary_size):
+                problem = f"holds ids outside [0, {tokenizer.vocabulary_size})"
+        if problem is None:
+            return tokens
+        notice(f"{path} {problem}: tokenizing {split} again")
     tokens = tokenize_lines(tokenizer, lines)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.save(path, tokens)
+    with atomic_path(path, fault="cache-write") as temp:
+        with open(temp, "wb") as f:
+            np.save(f, tokens)
     return tokens
 
 
 def _split(config, split):
-    """A split's lines: from `data_dir` (files), else downloaded through the TFDS builder."""
-    if config.data_dir:
+    """A split's lines: a text file or folder given as the split, a WikiText split of `data_dir`,
+    or, for a named split without `data_dir` only, WikiText downloaded through the TFDS builder."""
+    if config.data_dir or not is_named_split(split):
         return split_lines(config.data_dir, split)
     from pipelines.data.wikitext_tfds import tfds_split_lines
 
     return tfds_split_lines(config.dataset, split)
+
+
+def check_sequence_length(model, sequence_length):
+    """Raises a `ValueError` if `sequence_length` exceeds the context the model knows (`max_length`)."""
+    if model.max_length is not None and sequence_length > model.max_length:
+        raise ValueError(
+            f"`sequence_length` must be at most the model's context of {model.max_length} positions (max_length: "
+            f"the context it was trained on, or its learned positions). Received: sequence_length={sequence_length}"
+        )
 
 
 def build_model(config, vocabulary_size):
@@ -130,11 +249,7 @@ def build_model(config, vocabulary_size):
     if "max_sequence_length" in arguments and "max_sequence_length" not in config.model_options:
         options["max_sequence_length"] = max(config.sequence_length, options["context_length"])
     model = model_class(**{**arguments, **options, "vocabulary_size": vocabulary_size})
-    if model.max_length is not None and config.sequence_length > model.max_length:
-        raise ValueError(
-            f"sequence_length={config.sequence_length} exceeds the model's context of {model.max_length} positions "
-            f"(max_length): train on at most that, or give the model more positions"
-        )
+    check_sequence_length(model, config.sequence_length)
     return model
 
 
@@ -165,14 +280,6 @@ def build_optimizer(config):
     return optimizer
 
 
-def _initial_epoch(backup_dir):
-    path = os.path.join(backup_dir, "training_metadata.json")
-    if not os.path.isfile(path):
-        return 0
-    with open(path) as f:
-        return int(json.load(f)["epoch"])
-
-
 def protocol_label(config):
     if config.train_split == "train":
         return f"WikiText-2 {config.eval_split} split"
@@ -183,41 +290,40 @@ def protocol_label(config):
 
 
 def train(config):
-    """Trains, checkpoints, evaluates and exports as `config` says; returns a summary dict."""
+    """Trains, checkpoints, evaluates and exports as `config` says; returns a summary dict.
+
+    The run directory is locked for the whole time (`RunLock`): a second
+    process on it raises `RunInUse`.
+    """
     config.validate()
     configure_cpu_devices(config.cpu_devices)
     strategy = choose_strategy(config.strategy)
     run_dir = _worker_dir(os.path.abspath(config.out), strategy)
+    with RunLock(run_dir):
+        return _train_locked(config, strategy, run_dir)
+
+
+def _train_locked(config, strategy, run_dir):
+    checkpoint_dir = os.path.join(run_dir, "checkpoints")
+    backup_dir = os.path.join(run_dir, "backup")
+    # We hold the lock: temporaries here were left by killed processes.
+    for folder in (run_dir, checkpoint_dir, backup_dir, os.path.join(run_dir, "cache")):
+        remove_temporaries(folder)
     # Data first: a missing split fails before any model work.
     train_lines, eval_lines = (_split(config, split) for split in (config.train_split, config.eval_split))
-    _check_run_config(run_dir, config)
+    new_run = _check_run_config(run_dir, config)
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
-
-    tokenizer_dir = os.path.join(run_dir, "tokenizer")
-    if os.path.isdir(tokenizer_dir):
-        tokenizer = load_tokenizer(tokenizer_dir)
-    else:
-        tokenizer = train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size)
-        tokenizer.save(tokenizer_dir)
-    train_tokens = _tokens(run_dir, tokenizer, train_lines, config.train_split)
-    eval_tokens = _tokens(run_dir, tokenizer, eval_lines, config.eval_split)
+    tokenizer, new_tokenizer = _run_tokenizer(run_dir, config, train_lines)
 
     replicas = strategy.num_replicas_in_sync
     global_batch = config.batch_size * replicas
     steps_per_epoch = math.gcd(config.backup_every, config.max_steps)
     epochs = config.max_steps // steps_per_epoch
     validation_every = max(1, config.eval_every // steps_per_epoch)
-    backup_dir = os.path.join(run_dir, "backup")
-    initial_epoch = _initial_epoch(backup_dir)
-    # Resume the data stream where the backup left it.
-    train_data = lm_dataset(
-        train_tokens, config.sequence_length, global_batch, tokenizer.eos_id,
-        shuffle=True, seed=config.seed, drop_remainder=True, repeat=True,
-    ).skip(initial_epoch * steps_per_epoch)
-    eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
     jit = choose_jit(config.jit, strategy)
 
+    # The model validates the architecture options: nothing is written before it is built.
     with strategy.scope():
         model = build_model(config, tokenizer.vocabulary_size)
         model.compile(
@@ -225,12 +331,28 @@ def train(config):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             jit_compile=jit,
         )
+    if new_run:
+        atomic_write_json(os.path.join(run_dir, "config.json"), config.to_dict())
+    if new_tokenizer:
+        _save_tokenizer(tokenizer, os.path.join(run_dir, "tokenizer"))
+    train_tokens = _tokens(run_dir, tokenizer, train_lines, config.train_split)
+    eval_tokens = _tokens(run_dir, tokenizer, eval_lines, config.eval_split)
+
+    backup = SafeBackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False)
+    restored = backup.restorable()
+    initial_epoch = restored["epoch"] if restored else 0
+    # Resume the data stream where the backup left it.
+    train_data = lm_dataset(
+        train_tokens, config.sequence_length, global_batch, tokenizer.eos_id,
+        shuffle=True, seed=config.seed, drop_remainder=True, repeat=True,
+    ).skip(initial_epoch * steps_per_epoch)
+    eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
 
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         patch_multi_worker_fit(model, strategy, next(iter(train_data.take(1))))
 
     log_dir = os.path.join(run_dir, "logs")
-    os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+    os.makedirs(checkpoint_dir, exist_ok=True)
     prompts = [line for line in eval_lines if len(line.split()) > 8][: config.samples]
 
     def samples():
@@ -245,18 +367,20 @@ def train(config):
 
     throughput = ThroughputMonitor(global_batch * config.sequence_length, log_dir)
     evaluator = PerplexityEvaluator(
-        eval_data, count_words(eval_lines), strategy, validation_every, log_dir,
+        eval_data, text_units(tokenizer.kind, eval_lines), strategy, validation_every, log_dir,
         sampler=samples if config.samples else None,
     )
-    best_path = os.path.join(run_dir, "checkpoints", "best.keras")
+    best_path = os.path.join(checkpoint_dir, "best.keras")
+    best = BestCheckpoint(best_path)
     profile = tuple(int(s) for s in config.profile_steps.split(",")) if config.profile_steps else 0
     callbacks = [
         throughput,
         evaluator,
-        BestCheckpoint(best_path),
-        SafeBackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False),
+        best,
+        backup,
         keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=False, profile_batch=profile),
+        GlobalStepTensorBoard(log_dir, update_freq="epoch", write_graph=False, profile_batch=profile),
+        FaultPoints(),
     ]
     history = model.fit(
         train_data,
@@ -264,29 +388,42 @@ def train(config):
         initial_epoch=initial_epoch,
         steps_per_epoch=steps_per_epoch,
         callbacks=callbacks,
+        # The stream is shuffled already (with the seed, resumably).
+        shuffle=False,
         verbose="auto",
     )
     steps = int(model.optimizer.iterations.numpy())
     stopped_on_nan = any(not math.isfinite(v) for v in history.history.get("loss", []))
-    final_path = os.path.join(run_dir, "checkpoints", "final.keras")
+    final_path = os.path.join(checkpoint_dir, "final.keras")
     if not stopped_on_nan:
-        model.save(final_path)
+        save_checkpoint(model, final_path, {"step": steps}, fault="final-write")
     if evaluator.last is not None and evaluator.last_step == steps:
         result = evaluator.last
     else:
         evaluator.set_model(model)
         result = evaluator.evaluate()
+        if not stopped_on_nan:
+            # The final evaluation is a validation result like the others.
+            best.set_model(model)
+            best.consider(result["loss"], steps)
 
     export_path = None
     if _is_chief(strategy) and not stopped_on_nan:
-        exported = keras.saving.load_model(best_path) if os.path.isfile(best_path) else model
+        exported = model
+        if os.path.isfile(best_path):
+            try:
+                exported = load_checkpoint(best_path)
+            except CorruptFileError as error:
+                notice(f"{error}: exporting the final model instead")
         export_path = export_model(exported, config.export_dir or os.path.join(run_dir, "export"), tokenizer, overwrite=False)
     summary = {
         "steps": steps,
+        "max_steps": config.max_steps,
         "resumed_from_step": initial_epoch * steps_per_epoch,
         "replicas": replicas,
         "jit_compile": jit,
         "protocol": protocol_label(config),
+        "tokenizer": tokenizer.kind,
         "validation": result,
         "tokens_per_second": statistics.median(throughput.rates) if throughput.rates else None,
         "best_checkpoint": best_path if os.path.isfile(best_path) else None,
@@ -295,22 +432,32 @@ def train(config):
         "logs": log_dir,
         "stopped_on_nan": stopped_on_nan,
     }
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
     return summary
 
 
 def format_summary(summary):
     v = summary["validation"]
     rate = summary["tokens_per_second"]
+    if "bits_per_character" in v:
+        # A character stream has no words: bits per character is its measure.
+        quality = (
+            f"  loss {v['loss']:.4f} nats/char   bits per character {v['bits_per_character']:.4f}   "
+            f"char perplexity {v['token_perplexity']:.2f}   ({v['characters']} characters; a character-level "
+            "run is measured per character, not per word)"
+        )
+    else:
+        quality = (
+            f"  loss {v['loss']:.4f} nats/token   token perplexity {v['token_perplexity']:.2f}   "
+            f"word perplexity {v['word_perplexity']:.2f}   ({v['tokens']} tokens, {v['words']} words)"
+        )
     lines = [
         "=" * 72,
         f"tfam train: {summary['steps']} steps on {summary['replicas']} replica(s)"
         + (f" (resumed at step {summary['resumed_from_step']})" if summary["resumed_from_step"] else "")
         + (" -- STOPPED: loss became NaN" if summary["stopped_on_nan"] else ""),
         f"validation ({summary['protocol']}):",
-        f"  loss {v['loss']:.4f} nats/token   token perplexity {v['token_perplexity']:.2f}   "
-        f"word perplexity {v['word_perplexity']:.2f}   ({v['tokens']} tokens, {v['words']} words)",
+        quality,
         f"throughput: {rate:.0f} tokens/s (median over epochs)" if rate else "throughput: n/a (no epoch ran)",
         f"best checkpoint: {summary['best_checkpoint']}",
         f"export: {summary['export']}",

@@ -22,6 +22,10 @@ def make_small_wikitext(folder):
     return str(folder)
 
 
+# The options of the `trained_run` fixture: a rerun of a copy of it repeats them.
+TRAINED_RUN_OPTIONS = {"max-steps": 4, "backup-every": 2, "eval-every": 2, "samples": 1, "sample-tokens": 4, "jit": "off"}
+
+
 def tiny_args(data_dir, out, **overrides):
     values = {
         "data-dir": data_dir,
@@ -54,3 +58,12 @@ def run_tfam(args, env=None, timeout=300, check=True, **kwargs):
     if check and result.returncode != 0:
         raise AssertionError(f"tfam {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def copy_run(run, folder):
+    """A copy of the run directory `run` in `folder` (to damage it without touching the original)."""
+    import shutil
+
+    copy = os.path.join(str(folder), os.path.basename(run))
+    shutil.copytree(run, copy, symlinks=True)
+    return copy

@@ -5,6 +5,8 @@ layouts found in the wild: the one `save_pretrained` writes (`transformer.`
 prefix) and the one of the original GPT-2 checkpoints on the hub (no prefix,
 plus the non-parameter buffers `h.N.attn.bias` and `h.N.attn.masked_bias`).
 GPT-2's `Conv1D` stores weights `[in, out]`, like a Keras `Dense` kernel.
+A file that cannot be read (truncated, not JSON, missing keys) raises a
+`ValueError` that names it and says what is wrong.
 """
 
 import json
@@ -24,8 +26,14 @@ def _read_config(directory):
             f"No config.json in {directory!r}: expected a Hugging Face GPT-2 directory "
             "holding config.json and model.safetensors."
         )
-    with open(path) as f:
-        config = json.load(f)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        config = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}; {len(data)} bytes): is the download complete?") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a JSON object (a Hugging Face config). Received a {type(config).__name__}")
     if config.get("model_type", "gpt2") != "gpt2":
         raise ValueError(f"Not a GPT-2 checkpoint: model_type={config.get('model_type')!r} in {path}")
     activation = config.get("activation_function", "gelu_new")
@@ -50,8 +58,15 @@ def _read_tensors(directory):
             f"No model.safetensors in {directory!r} (found: {found}). Convert PyTorch .bin "
             "checkpoints to safetensors first."
         )
+    try:
+        loaded = load_file(path)
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError (and others)
+        raise ValueError(
+            f"{path} cannot be read as safetensors ({type(error).__name__}: {error}; {os.path.getsize(path):,} bytes): "
+            "is the download complete?"
+        ) from None
     tensors = {}
-    for name, value in load_file(path).items():
+    for name, value in loaded.items():
         name = name[len("transformer.") :] if name.startswith("transformer.") else name
         if not _BUFFER.match(name):
             tensors[name] = value
@@ -133,6 +148,9 @@ def load_huggingface_gpt2(directory, cls, **overrides):
     """Builds `cls` (GPT2LM) from a Hugging Face GPT-2 directory and loads its weights."""
     config = _read_config(directory)
     tensors = _read_tensors(directory)
+    missing = [key for key in ("vocab_size", "n_layer", "n_head", "n_embd", "n_positions") if key not in config]
+    if missing:
+        raise ValueError(f"{os.path.join(directory, 'config.json')} lacks the GPT-2 config key(s) {missing}")
     lm_head = tensors.pop("lm_head.weight", None)
     if lm_head is not None and "wte.weight" in tensors and not np.array_equal(lm_head, tensors["wte.weight"]):
         raise ValueError(

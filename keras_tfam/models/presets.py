@@ -5,6 +5,8 @@ adds its presets here; the options a user may set on top of a preset are
 the class's own `OPTIONS` (argument -> type, or its closed set of values).
 """
 
+import math
+
 from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
 
@@ -41,7 +43,7 @@ def check_model_option(model_class, name, value):
         return
     valid = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
     if kind is float:
-        valid = isinstance(value, (int, float)) and not isinstance(value, bool)
+        valid = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not valid:
         raise ValueError(f"`{name}` must be a {kind.__name__}. Received: {name}={value!r}")
     if kind is int and value < 1:

@@ -16,14 +16,22 @@ tokenized line by line and concatenated is the split's token stream.
   text for any text.
 - `CharTokenizer`: one id per Unicode character, for quick experiments on any
   text file.
+
+A saved tokenizer is a folder: its files (written atomically) and
+`tokenizer.json`, written last, holding the kind and each file's size and
+SHA-256, so that `load_tokenizer` can tell a damaged file from a good one.
 """
 
 import collections
+import hashlib
 import json
 import os
 
 import numpy as np
 import tensorflow as tf
+
+from pipelines.errors import CorruptFileError
+from pipelines.files import atomic_write_bytes, atomic_write_json, bytes_digest, digest_problem, read_json
 
 EOS, UNK = "<eos>", "<unk>"
 ENDOFTEXT = "<|endoftext|>"
@@ -49,8 +57,30 @@ class Tokenizer(tf.Module):
     def vocabulary_size(self):
         raise NotImplementedError
 
-    def save(self, directory):
+    def files(self):
+        """`{file name: bytes}`: what `save` writes and `load` reads back."""
         raise NotImplementedError
+
+    def fingerprint(self):
+        """SHA-256 (hex) of the kind and the saved files: equal fingerprints tokenize alike."""
+        sha = hashlib.sha256(self.kind.encode("utf-8"))
+        for name, data in sorted(self.files().items()):
+            sha.update(f"\0{name}\0{len(data)}\0".encode("utf-8"))
+            sha.update(data)
+        return sha.hexdigest()
+
+    def save(self, directory):
+        """Writes the files, then `tokenizer.json` with their digests (each file atomically)."""
+        os.makedirs(directory, exist_ok=True)
+        files = self.files()
+        for name, data in files.items():
+            atomic_write_bytes(os.path.join(directory, name), data)
+        manifest = {
+            "kind": self.kind,
+            "vocabulary_size": self.vocabulary_size,
+            "files": {name: bytes_digest(data) for name, data in files.items()},
+        }
+        atomic_write_json(os.path.join(directory, "tokenizer.json"), manifest)
 
 
 def _lookup_table(tokens, default):
@@ -76,6 +106,7 @@ class WordTokenizer(Tokenizer):
     """
 
     kind = "word"
+    file_names = ("vocab.txt",)
 
     def __init__(self, vocabulary):
         super().__init__()
@@ -128,11 +159,8 @@ class WordTokenizer(Tokenizer):
         text = tf.strings.regex_replace(text, f" ?{EOS} ?", "\n")
         return text
 
-    def save(self, directory):
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(self.vocabulary) + "\n")
-        _write_kind(directory, self.kind)
+    def files(self):
+        return {"vocab.txt": ("\n".join(self.vocabulary) + "\n").encode("utf-8")}
 
     @classmethod
     def load(cls, directory):
@@ -149,6 +177,7 @@ class CharTokenizer(Tokenizer):
     """
 
     kind = "char"
+    file_names = ("chars.json",)
 
     def __init__(self, vocabulary):
         super().__init__()
@@ -187,11 +216,8 @@ class CharTokenizer(Tokenizer):
         chars = tf.ragged.map_flat_values(lambda i: tf.gather(self._chars, i), ids)
         return tf.strings.reduce_join(chars, axis=-1)
 
-    def save(self, directory):
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "chars.json"), "w", encoding="utf-8") as f:
-            json.dump(self.vocabulary[:-1], f, ensure_ascii=False)
-        _write_kind(directory, self.kind)
+    def files(self):
+        return {"chars.json": json.dumps(self.vocabulary[:-1], ensure_ascii=False).encode("utf-8")}
 
     @classmethod
     def load(cls, directory):
@@ -208,6 +234,7 @@ class BPETokenizer(Tokenizer):
     """
 
     kind = "bpe"
+    file_names = ("vocab.json", "merges.txt")
 
     def __init__(self, vocabulary, merges):
         super().__init__()
@@ -265,13 +292,11 @@ class BPETokenizer(Tokenizer):
         text = self._bpe.detokenize(_as_ragged(ids))
         return tf.convert_to_tensor(text, tf.string)
 
-    def save(self, directory):
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "vocab.json"), "w", encoding="utf-8") as f:
-            f.write(self._vocabulary_json)
-        with open(os.path.join(directory, "merges.txt"), "w", encoding="utf-8") as f:
-            f.write("#version: 0.2\n" + self._merges_text + "\n")
-        _write_kind(directory, self.kind)
+    def files(self):
+        return {
+            "vocab.json": self._vocabulary_json.encode("utf-8"),
+            "merges.txt": ("#version: 0.2\n" + self._merges_text + "\n").encode("utf-8"),
+        }
 
     @classmethod
     def load(cls, directory):
@@ -290,20 +315,44 @@ def _ragged(ids):
 TOKENIZERS = {"word": WordTokenizer, "bpe": BPETokenizer, "char": CharTokenizer}
 
 
-def _write_kind(directory, kind):
-    with open(os.path.join(directory, "tokenizer.json"), "w") as f:
-        json.dump({"kind": kind}, f)
+def _load_checked(cls, directory):
+    """`cls.load(directory)`; a file that is missing or does not parse raises a `CorruptFileError` naming it."""
+    files = " + ".join(os.path.join(directory, name) for name in cls.file_names)
+    try:
+        return cls.load(directory)
+    except FileNotFoundError as error:
+        raise CorruptFileError(error.filename or files, "is missing") from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise CorruptFileError(files, f"cannot be read as a {cls.kind} tokenizer ({type(error).__name__}: {error})") from None
 
 
 def load_tokenizer(directory):
-    """Loads a tokenizer saved with `save`, or a GPT-2 `vocab.json` + `merges.txt` directory."""
+    """Loads a tokenizer saved with `save`, or a GPT-2 `vocab.json` + `merges.txt` directory.
+
+    Raises:
+        CorruptFileError: a file is truncated or altered (its digest differs
+            from the one `tokenizer.json` records), or does not parse.
+    """
     meta = os.path.join(directory, "tokenizer.json")
     if os.path.isfile(meta):
-        with open(meta) as f:
-            kind = json.load(f)["kind"]
-        return TOKENIZERS[kind].load(directory)
+        manifest = read_json(meta)
+        kind = manifest.get("kind") if isinstance(manifest, dict) else None
+        if kind not in TOKENIZERS:
+            raise CorruptFileError(meta, f"names no known tokenizer kind (kind={kind!r}; known: {tuple(TOKENIZERS)})")
+        # Older runs recorded the kind only; newer ones every file's digest.
+        for name, expected in manifest.get("files", {}).items():
+            problem = digest_problem(os.path.join(directory, name), expected)
+            if problem is not None:
+                raise CorruptFileError(os.path.join(directory, name), f"{problem} (according to tokenizer.json)")
+        tokenizer = _load_checked(TOKENIZERS[kind], directory)
+        expected_size = manifest.get("vocabulary_size")
+        if expected_size is not None and tokenizer.vocabulary_size != expected_size:
+            raise CorruptFileError(
+                directory, f"holds {tokenizer.vocabulary_size} tokens where tokenizer.json records {expected_size}"
+            )
+        return tokenizer
     if os.path.isfile(os.path.join(directory, "vocab.json")) and os.path.isfile(os.path.join(directory, "merges.txt")):
-        return BPETokenizer.load(directory)
+        return _load_checked(BPETokenizer, directory)
     raise FileNotFoundError(
         f"No tokenizer in {directory!r}: expected tokenizer.json (saved by keras_tfam) or GPT-2's "
         "vocab.json + merges.txt"

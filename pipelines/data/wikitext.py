@@ -9,6 +9,9 @@ validation split reads as 3,760 lines and 217,646 tokens (words plus one
 import os
 
 SPLITS = ("train", "valid", "test")
+# The variants of the TFDS builder (`pipelines.data.wikitext_tfds`), named here
+# so that a config can be checked without importing TensorFlow Datasets.
+WIKITEXT_VARIANTS = ("wikitext-2-v1", "wikitext-2-raw-v1", "wikitext-103-v1", "wikitext-103-raw-v1")
 SPLIT_ALIASES = {"validation": "valid", "val": "valid"}
 EXPECTED = "wiki.{split}.tokens (wikitext-2-v1) or wiki.{split}.raw (wikitext-2-raw-v1)"
 HOW_TO_GET = (
@@ -84,16 +87,30 @@ def read_corpus(path):
 def split_lines(data_dir, split):
     """Lines of a split: any text file or directory given as `split` (or as `data_dir`),
     else the WikiText split `split` of `data_dir` (as in `find_split`)."""
-    if split not in SPLITS and split not in SPLIT_ALIASES and os.path.exists(split):
+    if not is_named_split(split) and os.path.exists(split):
         return read_corpus(split)
     if data_dir and os.path.isfile(data_dir):
         return read_corpus(data_dir)
+    if not is_named_split(split):
+        raise FileNotFoundError(
+            f"No such file or folder: {split!r} (a split is train, valid, test, or the path of a text file or folder)"
+        )
     return read_lines(find_split(data_dir, split))
 
 
 def count_words(lines):
     """Words of the standard word-level setting: whitespace words + one `<eos>` per line."""
     return sum(len(line.split()) for line in lines) + len(lines)
+
+
+def count_characters(lines):
+    """Unicode characters of the lines, one newline per line included (as the char tokenizer reads them)."""
+    return sum(len(line) for line in lines) + len(lines)
+
+
+def is_named_split(split):
+    """True for a WikiText split name (`train`, `valid`, `test`, `validation`), False for a path."""
+    return split in SPLITS or split in SPLIT_ALIASES
 
 
 def split_stats(lines):

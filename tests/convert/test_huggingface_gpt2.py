@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -77,3 +78,26 @@ def test_untied_head_and_missing_files(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     with pytest.raises(FileNotFoundError, match="No model.safetensors"):
         GPT2LM.from_huggingface(str(tmp_path))
+
+
+def test_damaged_files_are_named(tmp_path):
+    # Item 8: a corrupt model.safetensors or config.json raised the raw library error, without the path.
+    directory = _copy(tmp_path, lambda tensors: tensors)
+    config = os.path.join(directory, "config.json")
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=re.escape(config) + r" is not valid JSON \(.*bytes\)"):
+        GPT2LM.from_huggingface(directory)
+    with open(config, "w") as f:
+        json.dump({k: v for k, v in json.loads(text).items() if k != "n_layer"}, f)
+    with pytest.raises(ValueError, match=re.escape(config) + r" lacks the GPT-2 config key\(s\) \['n_layer'\]"):
+        GPT2LM.from_huggingface(directory)
+    with open(config, "w") as f:
+        f.write(text)
+    weights = os.path.join(directory, "model.safetensors")
+    with open(weights, "r+b") as f:
+        f.truncate(os.path.getsize(weights) // 2)
+    with pytest.raises(ValueError, match=re.escape(weights) + " cannot be read as safetensors .*download complete"):
+        GPT2LM.from_huggingface(directory)

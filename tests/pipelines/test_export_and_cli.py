@@ -1,6 +1,7 @@
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -8,15 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from pipeline_runs import run_tfam, tiny_args
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory, small_wikitext):
-    run = str(tmp_path_factory.mktemp("run") / "gpt2")
-    run_tfam(tiny_args(small_wikitext, run, **{"max-steps": 4, "backup-every": 2, "eval-every": 2,
-                                                "samples": 1, "sample-tokens": 4}))
-    return run
+from pipeline_runs import REPO, run_tfam
 
 
 def _tags(folder):
@@ -27,11 +20,23 @@ def _tags(folder):
     return set(accumulator.Tags().get("scalars", [])) | set(accumulator.Tags().get("tensors", []))
 
 
+def _steps(folder, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(folder)
+    accumulator.Reload()
+    return sorted(event.step for event in accumulator.Tensors(tag))
+
+
 def test_tensorboard_has_the_promised_series(trained_run):
     logs = os.path.join(trained_run, "logs")
     train, validation = _tags(os.path.join(logs, "train")), _tags(os.path.join(logs, "validation"))
     assert {"learning_rate", "tokens_per_second", "epoch_loss"} <= train, train
     assert {"loss", "token_perplexity", "word_perplexity", "sample_0"} <= validation, validation
+    # Every series on one axis, the global step (2 steps per epoch here), not the epoch index.
+    assert _steps(os.path.join(logs, "train"), "epoch_loss") == [2, 4]
+    assert _steps(os.path.join(logs, "validation"), "epoch_loss") == [2, 4]
+    assert _steps(os.path.join(logs, "train"), "learning_rate") == [2, 4]
 
 
 def _load(run):
@@ -152,3 +157,61 @@ def test_exported_generate_slides_past_the_trained_context(trained_run):
     np.testing.assert_array_equal(model.generate([prompt], 200), out)
     result = run_tfam(["generate", trained_run, "--prompt", "the game", "--max-new-tokens", "60", "--sampler", "greedy"])
     assert len(result.stdout.split()) >= 60  # word level: one word per new token
+
+
+def test_export_cleans_up_after_killed_exports_and_is_readable_by_all(trained_run, tmp_path):
+    # Item 9: killed exports left .incomplete-XXXX/ folders for good, and versions were mode 0700.
+    # (test_kill_anywhere kills a real export; here, what killed ones leave, as they leave it.)
+    exports = tmp_path / "exports"
+    shutil.copytree(os.path.join(trained_run, "export", "1"), exports / ".incomplete-k3j2x9")
+    # An export killed while replacing version 3 (--overwrite) had moved it aside.
+    shutil.copytree(os.path.join(trained_run, "export", "1"), exports / ".replaced-3-x1y2" / "old")
+
+    result = run_tfam(["export", trained_run, "--out", str(exports)])
+    assert sorted(os.listdir(exports)) == ["3", "4"]
+    version = exports / "4"
+    assert os.path.isfile(version / "saved_model.pb")
+    for root, folders, files in os.walk(version):
+        assert stat.S_IMODE(os.stat(root).st_mode) == 0o755, root
+        for name in files:
+            assert stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode) == 0o644, name
+    assert result.stderr.splitlines() == [
+        f"tfam: deleted {exports / '.incomplete-k3j2x9'}, the unfinished folder of an export that was killed",
+        f"tfam: put back {exports / '3'}, which an export killed while replacing it had moved aside",
+    ]
+
+
+def test_eval_beyond_the_model_positions_is_one_clear_line(trained_run, small_wikitext):
+    # Item 10: a 27-line traceback with ANSI codes.
+    result = run_tfam(["eval", trained_run, "--data-dir", small_wikitext, "--sequence-length", "1000"], check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "tfam: error: `sequence_length` must be at most the model's context of 32 positions (max_length: the "
+        "context it was trained on, or its learned positions). Received: sequence_length=1000"
+    ]
+
+
+def test_the_cli_is_quiet_unless_verbose(trained_run, tmp_path):
+    # TensorFlow's C++ log lines appeared on every command, even --help.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+    def tfam(*args):
+        return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    result = tfam("--help")
+    assert result.returncode == 0 and result.stderr == ""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the game was played\n")
+    result = tfam("eval", trained_run, "--split", str(corpus), "--sequence-length", "8")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert json.loads(result.stdout)["words"] == 5
+    result = tfam("eval", trained_run, "--split", str(tmp_path / "missing.txt"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"tfam: error: No such file or folder: {str(tmp_path / 'missing.txt')!r} (a split is train, valid, test, "
+        "or the path of a text file or folder)"
+    ]
+    result = tfam("eval", trained_run, "--split", str(tmp_path / "missing.txt"), "--verbose")
+    assert result.returncode == 2 and "Traceback (most recent call last)" in result.stderr

@@ -1,10 +1,10 @@
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
@@ -50,24 +50,12 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, small_wik
 
     killed = str(tmp_path / "killed")
     metadata = os.path.join(killed, "backup", "training_metadata.json")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", *tiny_args(small_wikitext, killed, **args)],
-        cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 240
-    while time.time() < deadline and process.poll() is None:
-        if os.path.isfile(metadata):
-            with open(metadata) as f:
-                if json.load(f)["epoch"] >= 2:
-                    break
-        time.sleep(0.05)
-    assert process.poll() is None, "training ended before it could be killed"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    # SIGKILL after step 8 of 12, inside epoch 3 (no timing luck: see pipelines.faults).
+    result = run_tfam(tiny_args(small_wikitext, killed, **args), env={"TFAM_FAULT": "step:8"}, check=False)
+    assert result.returncode == -signal.SIGKILL
     with open(metadata) as f:
         resumed_epoch = json.load(f)["epoch"]
-    assert 2 <= resumed_epoch < 4
+    assert resumed_epoch == 2
 
     result = run_tfam(tiny_args(small_wikitext, killed, **args))
     summary = _summary(killed)
@@ -163,3 +151,120 @@ def test_mixed_precision_runs_end_to_end(tmp_path, small_wikitext, precision):
     assert summary["steps"] == 4 and not summary["stopped_on_nan"]
     assert np.isfinite(summary["validation"]["loss"]) and summary["validation"]["loss"] < 9.0
     assert os.path.isfile(os.path.join(summary["export"], "saved_model.pb"))
+
+
+def test_the_token_cache_is_in_the_run_and_keyed_by_tokenizer_and_text(tmp_path, capsys):
+    # Item 0: with a corpus file as the split, the stream was cached beside the user's file
+    # (`/data/corpus.txt.npy`), keyed by the file name alone: a later word-level run on the
+    # same file trained and evaluated on the char ids.
+    from pipelines import training
+    from pipelines.data.tokenizers import CharTokenizer, WordTokenizer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = str(data / "corpus.txt")
+    lines = ["the game began", "the game ended"]
+    run = str(tmp_path / "run")
+    char, word = CharTokenizer.train(lines), WordTokenizer.train(lines)
+    char_ids = training._tokens(run, char, lines, corpus)
+    word_ids = training._tokens(run, word, lines, corpus)
+    assert os.listdir(data) == []
+    assert len(char_ids) == sum(len(line) + 1 for line in lines)
+    ids = {w: i for i, w in enumerate(word.vocabulary)}
+    np.testing.assert_array_equal(word_ids, [ids[w] for line in lines for w in line.split() + ["<eos>"]])
+    # Edited text: another key, never the stale stream.
+    assert len(training._tokens(run, word, lines[:1], corpus)) == 4
+    assert len(os.listdir(os.path.join(run, "cache"))) == 3
+    # A damaged cache is derived data: rebuilt, with a notice naming it.
+    [path] = [os.path.join(run, "cache", name) for name in os.listdir(os.path.join(run, "cache"))
+              if np.load(os.path.join(run, "cache", name)).size == 8]
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    np.testing.assert_array_equal(training._tokens(run, word, lines, corpus), word_ids)
+    assert capsys.readouterr().err.startswith(f"tfam: {path} cannot be read (")
+
+
+def test_a_char_level_run_on_a_file_reports_bits_per_character(tmp_path, small_wikitext):
+    # A character stream has no words: its measure is bits per character, and the summary,
+    # summary.json and TensorBoard say so. The splits are a file, with no --data-dir (item 3).
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = data / "corpus.txt"
+    with open(os.path.join(small_wikitext, "wiki.valid.tokens"), encoding="utf-8") as f:
+        corpus.write_text("".join(f.readlines()[:40]), encoding="utf-8")
+    run = str(tmp_path / "char")
+    args = tiny_args(None, run, tokenizer="char", **{"train-split": str(corpus), "eval-split": str(corpus),
+                                                      "max-steps": 1, "backup-every": 1, "eval-every": 1, "jit": "off"})
+    result = run_tfam([arg for arg in args if arg not in ("--data-dir", "None")])
+    assert os.listdir(data) == ["corpus.txt"]
+    validation = _summary(run)["validation"]
+    assert "word_perplexity" not in validation
+    assert validation["characters"] == validation["tokens"] == len(corpus.read_text(encoding="utf-8"))
+    assert validation["bits_per_character"] == pytest.approx(validation["loss"] / np.log(2))
+    assert "bits per character" in result.stdout and "word perplexity" not in result.stdout
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(os.path.join(run, "logs", "validation"))
+    events.Reload()
+    assert "bits_per_character" in events.Tags()["tensors"] and "word_perplexity" not in events.Tags()["tensors"]
+
+
+def test_file_splits_without_data_dir_never_reach_tfds(tmp_path, monkeypatch):
+    # Item 3: without --data-dir, file splits went to the TFDS download (7 minutes of retries offline).
+    from pipelines import training
+    from pipelines.data import wikitext_tfds
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("TFDS (the network) was reached")
+
+    monkeypatch.setattr(wikitext_tfds, "tfds_split_lines", no_network)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("first line\nsecond line\n")
+    config = load_config("gpt2_tiny", {"train_split": str(corpus), "eval_split": str(tmp_path)})
+    assert config.data_dir is None
+    assert training._split(config, config.train_split) == ["first line", "second line"]
+    assert training._split(config, config.eval_split) == ["first line", "second line"]
+    with pytest.raises(AssertionError, match="TFDS"):  # named splits without data: TFDS, as documented
+        training._split(config, "valid")
+
+
+def test_every_config_value_is_checked_before_anything_is_written(tmp_path, small_wikitext):
+    # Item 4: --vocabulary-size -5 trained with 5 words dropped and config.json recorded -5.
+    result = run_tfam(tiny_args(small_wikitext, str(tmp_path / "r"), **{"vocabulary-size": -5}), check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "tfam: error: Invalid config: `vocabulary_size` must be unset or at least 2 for the word tokenizer. "
+        "Received: vocabulary_size=-5"
+    ]
+    assert not (tmp_path / "r").exists()
+    for overrides, received in [
+        ({"tokenizer": "bpe", "vocabulary_size": 100}, "vocabulary_size=100"),
+        ({"beta_2": 1.5}, "beta_2=1.5"),
+        ({"learning_rate": float("nan")}, "learning_rate=nan"),
+        ({"batch_size": 2.5}, "batch_size=2.5"),
+        ({"learning_rate": "fast"}, "learning_rate='fast'"),
+        ({"seed": -1}, "seed=-1"),
+        ({"cpu_devices": 0}, "cpu_devices=0"),
+        ({"dataset": "wikitext-3"}, "dataset='wikitext-3'"),
+        ({"profile_steps": "5"}, "profile_steps='5'"),
+        ({"weight_decay": float("inf")}, "weight_decay=inf"),
+    ]:
+        with pytest.raises(ValueError, match=f"Received: {re.escape(received)}$"):
+            load_config("gpt2_tiny", overrides)
+    # A value only the model can judge fails before anything is written too.
+    result = run_tfam(tiny_args(small_wikitext, str(tmp_path / "r"), **{"sequence-length": 600, "num-layers": 1}),
+                      check=False)
+    assert result.returncode == 2 and "Received: sequence_length=600" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_nan_stop_exits_with_1(tmp_path, small_wikitext):
+    # Item 7: "STOPPED: loss became NaN" exited 0.
+    run = str(tmp_path / "nan")
+    result = run_tfam(tiny_args(small_wikitext, run, **{"learning-rate": 1e30, "warmup-steps": 0, "max-steps": 4,
+                                                        "backup-every": 1, "eval-every": 1, "jit": "off"}), check=False)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "STOPPED: loss became NaN" in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("tfam: error: training stopped at step ")
+    summary = _summary(run)
+    assert summary["stopped_on_nan"] and summary["export"] is None and summary["final_checkpoint"] is None
