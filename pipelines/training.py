@@ -245,9 +245,12 @@ def build_model(config, vocabulary_size):
     `max_sequence_length` is set.
     """
     model_class, arguments = get_preset(config.model)
-    options = {"context_length": config.sequence_length, **config.model_options}
-    if "max_sequence_length" in arguments and "max_sequence_length" not in config.model_options:
-        options["max_sequence_length"] = max(config.sequence_length, options["context_length"])
+    options = dict(config.model_options)
+    if "max_sequence_length" in arguments:  # a learned position table: as long as the training windows
+        options.setdefault("max_sequence_length", config.sequence_length)
+        options.setdefault("context_length", min(config.sequence_length, options["max_sequence_length"]))
+    else:
+        options.setdefault("context_length", config.sequence_length)
     model = model_class(**{**arguments, **options, "vocabulary_size": vocabulary_size})
     check_sequence_length(model, config.sequence_length)
     return model

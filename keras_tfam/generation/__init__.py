@@ -17,6 +17,7 @@ from keras_tfam.generation.generator import (
     resolve_window,
     windowed_logits,
 )
+from keras_tfam.generation.precision import with_dtype
 from keras_tfam.generation.prompts import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
 from keras_tfam.generation.samplers import (
     SAMPLERS,
@@ -55,4 +56,5 @@ __all__ = [
     "raise_failed_checks",
     "resolve_window",
     "windowed_logits",
+    "with_dtype",
 ]

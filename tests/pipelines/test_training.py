@@ -251,11 +251,15 @@ def test_every_config_value_is_checked_before_anything_is_written(tmp_path, smal
     ]:
         with pytest.raises(ValueError, match=f"Received: {re.escape(received)}$"):
             load_config("gpt2_tiny", overrides)
-    # A value only the model can judge fails before anything is written too.
-    result = run_tfam(tiny_args(small_wikitext, str(tmp_path / "r"), **{"sequence-length": 600, "num-layers": 1}),
-                      check=False)
-    assert result.returncode == 2 and "Received: sequence_length=600" in result.stderr
-    assert not (tmp_path / "r").exists()
+    # Values only the model can judge fail before anything is written too.
+    for overrides, received in [
+        ({"sequence-length": 600, "max-sequence-length": 100}, "Received: sequence_length=600"),
+        ({"hidden-dim": 31}, "Received: hidden_dim=31, num_heads=2"),
+        ({"position": "sinusoid"}, "invalid choice: 'sinusoid'"),
+    ]:
+        result = run_tfam(tiny_args(small_wikitext, str(tmp_path / "r"), **overrides), check=False)
+        assert result.returncode == 2 and received in result.stderr, result.stderr
+        assert not (tmp_path / "r").exists()
 
 
 def test_a_nan_stop_exits_with_1(tmp_path, small_wikitext):
