@@ -184,6 +184,8 @@ def test_generate_bad_input():
         model.generate([[1]], 3, overflow="wrap")
     with pytest.raises(ValueError, match="cannot exceed the 48 positions.*Received: window=49"):
         model.generate([[1]], 3, window=49)
+    with pytest.raises(ValueError, match=r"Received: token id -1 at index \(0, 1\)"):
+        model(np.array([[3, -1]]))  # a gather would read -1 as id 60
     # Past its context the model slides its window (here: re-encodes the last 48 tokens).
     assert model.generate([list(range(40))], 9).shape == (1, 49)
 

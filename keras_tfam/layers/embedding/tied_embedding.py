@@ -1,6 +1,7 @@
 """Token embedding whose matrix is also the output head (Press & Wolf 2017)."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_tfam.utils import check_positive_int
@@ -22,8 +23,9 @@ class TiedEmbedding(keras.layers.Layer):
             and sampling stay in float32 under mixed precision.
 
     Call arguments:
-        inputs: int token ids `(B, T)`, or hidden states `(B, T, D)` with
-            `reverse=True`.
+        inputs: int token ids `(B, T)` in `[0, V)` (checked when the call runs
+            eagerly: a gather would read id `-1` as `V - 1`), or hidden states
+            `(B, T, D)` with `reverse=True`.
         reverse: project onto the vocabulary instead of embedding.
 
     Returns:
@@ -65,8 +67,23 @@ class TiedEmbedding(keras.layers.Layer):
             kernel = ops.cast(self.embeddings, self.compute_dtype)
             logits = ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(kernel))
             return ops.cast(logits, self.logits_dtype)
+        self._check_ids(inputs)
         ids = ops.cast(inputs, "int32")
         return ops.cast(ops.take(self.embeddings, ids, axis=0), self.compute_dtype)
+
+    def _check_ids(self, inputs):
+        """A `ValueError` for ids outside `[0, V)`, when their values are known (eager calls)."""
+        try:
+            ids = ops.convert_to_numpy(inputs)
+        except Exception:  # symbolic or traced: no values yet (serving signatures assert instead)
+            return
+        outside = (ids < 0) | (ids >= self.vocabulary_size)
+        if np.any(outside):
+            where = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise ValueError(
+                f"Token ids must be in [0, {self.vocabulary_size}) (vocabulary_size={self.vocabulary_size}). "
+                f"Received: token id {int(ids[where])} at index {where}"
+            )
 
     def compute_output_spec(self, inputs, reverse=False):
         if reverse:

@@ -45,3 +45,12 @@ def test_logits_are_float32_under_mixed_precision():
 def test_bad_sizes():
     with pytest.raises(ValueError, match="Received: vocabulary_size=0"):
         TiedEmbedding(0, 8)
+
+
+def test_ids_outside_the_vocabulary_are_refused():
+    layer = TiedEmbedding(7, 4)
+    with pytest.raises(ValueError, match=r"Token ids must be in \[0, 7\).*Received: token id -1 at index \(1, 2\)"):
+        layer(np.array([[0, 1, 2], [3, 4, -1]]))
+    with pytest.raises(ValueError, match=r"Received: token id 7 at index \(0, 0\)"):
+        layer(np.array([[7]]))
+    np.testing.assert_allclose(layer(np.array([[6]]))[0, 0], layer.embeddings.numpy()[6])
