@@ -52,7 +52,7 @@ class PositionEmbedding(keras.layers.Layer):
             )
         shape = ops.shape(inputs)
         rows = ops.slice(
-            self.position_embeddings,
+            ops.convert_to_tensor(self.position_embeddings),  # a Variable: newer JAX will not slice it
             (ops.cast(start_index, "int32"), 0),
             (shape[-2], self.position_embeddings.shape[-1]),
         )
