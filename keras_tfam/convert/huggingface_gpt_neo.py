@@ -32,7 +32,8 @@ def layer_kinds(config):
     """`["global" | "local", ...]` per layer, from `attention_layers` or `attention_types`."""
     kinds = config.get("attention_layers")
     if kinds is None:
-        kinds = [kind for pattern, repeat in config.get("attention_types", []) for _ in range(repeat) for kind in pattern]
+        types = config.get("attention_types", [])  # [[["global", "local"], repeat], ...]
+        kinds = [kind for pattern, repeat in types for _ in range(repeat) for kind in pattern]
     unknown = sorted(set(kinds) - set(_KINDS))
     if unknown or len(kinds) != config["num_layers"]:
         raise ValueError(

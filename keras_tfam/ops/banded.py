@@ -157,8 +157,9 @@ def banded_attention(
         representative = mask_ops.positions(block, before * block)
         bias = bias_fn(representative, mask_ops.positions(key_positions.shape[-1]))
 
-    def bands(x):
-        return ops.reshape(_to_bands(_to_blocks(x, block, num_blocks), before, after), (-1, key_positions.shape[-1], *x.shape[2:]))
+    def bands(x):  # (B, T, K, H) -> (B * nb, S_b, K, H)
+        x = _to_bands(_to_blocks(x, block, num_blocks), before, after)
+        return ops.reshape(x, (-1, key_positions.shape[-1], *x.shape[3:]))
 
     queries = ops.reshape(_to_blocks(query, block, num_blocks), (-1, block, *query.shape[2:]))
     outputs = attend(queries, bands(key), bands(value), mask, bias)  # [B * nb, b, N, Hv]

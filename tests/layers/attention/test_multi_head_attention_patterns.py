@@ -174,7 +174,8 @@ def test_linear_attention_with_a_local_pattern_equals_the_masked_kernel():
 
 @pytest.mark.parametrize(
     "position",
-    [None, RotaryEmbedding(), ALiBiBias(4), RelativePositionBias(4, bidirectional=False, embeddings_initializer="random_normal")],
+    [None, RotaryEmbedding(), ALiBiBias(4),
+     RelativePositionBias(4, bidirectional=False, embeddings_initializer="random_normal")],
     ids=["none", "rotary", "alibi", "relative"],
 )
 @pytest.mark.parametrize("how", ["pattern", "window"])
@@ -218,7 +219,8 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="Received: pattern='dilated'"):
         MultiHeadAttention(4, 4, pattern={"name": "dilated", "window": 3})
     layer = MultiHeadAttention(2, 4, pattern=Blockwise(4, [1, 0]))
-    with pytest.raises(ValueError, match="`block_size`=4 must divide the sequence length. Received: sequence length 10"):
+    divide = "`block_size`=4 must divide the sequence length. Received: sequence length 10"
+    with pytest.raises(ValueError, match=divide):
         layer(np.zeros((1, 10, 8), "float32"))
     layer = MultiHeadAttention(2, 4, pattern=SlidingWindow(6))
     x = np.zeros((1, 1, 8), "float32")

@@ -7,6 +7,7 @@ from keras_tfam.layers.attention.patterns.dilated_window import DilatedWindow
 from keras_tfam.layers.attention.patterns.fixed import Fixed
 from keras_tfam.layers.attention.patterns.global_tokens import GlobalTokens
 from keras_tfam.layers.attention.patterns.head_patterns import HeadPatterns
+from keras_tfam.layers.attention.patterns.pattern_combination import PatternCombination
 from keras_tfam.layers.attention.patterns.registry import PATTERNS, get_pattern, interleave
 from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
 from keras_tfam.layers.attention.patterns.strided import Strided
@@ -21,6 +22,7 @@ __all__ = [
     "Fixed",
     "GlobalTokens",
     "HeadPatterns",
+    "PatternCombination",
     "SlidingWindow",
     "Strided",
     "UnionPattern",

@@ -3,12 +3,11 @@
 import keras
 from keras import ops
 
-from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
-from keras_tfam.layers.attention.patterns.union_pattern import _bound
+from keras_tfam.layers.attention.patterns.pattern_combination import PatternCombination
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class HeadPatterns(AttentionPattern):
+class HeadPatterns(PatternCombination):
     """Head group `g` attends with `patterns[g]`.
 
     The heads are split into `len(patterns)` equal, consecutive groups:
@@ -28,33 +27,11 @@ class HeadPatterns(AttentionPattern):
     """
 
     def __init__(self, patterns):
-        from keras_tfam.layers.attention.patterns.registry import get_pattern
-
-        if not isinstance(patterns, (list, tuple)) or not patterns:
-            raise ValueError(f"`patterns` must be a non-empty list of patterns. Received: patterns={patterns!r}")
-        self.patterns = [get_pattern(pattern) for pattern in patterns]
+        super().__init__(patterns)
         nested = [pattern for pattern in self.patterns if pattern.head_groups > 1]
         if nested:
             raise ValueError(f"`patterns` must each apply to all heads alike. Received: {nested[0]!r}")
         self.head_groups = len(self.patterns)
 
-    @property
-    def lookback(self):
-        return _bound([pattern.lookback for pattern in self.patterns])
-
-    @property
-    def lookahead(self):
-        return _bound([pattern.lookahead for pattern in self.patterns])
-
     def mask(self, query_positions, key_positions):
         return ops.stack([pattern.mask(query_positions, key_positions) for pattern in self.patterns], axis=-3)
-
-    def check_length(self, length):
-        for pattern in self.patterns:
-            pattern.check_length(length)
-
-    def get_config(self):
-        return {"patterns": [keras.saving.serialize_keras_object(pattern) for pattern in self.patterns]}
-
-    def __repr__(self):
-        return f"HeadPatterns([{', '.join(repr(pattern) for pattern in self.patterns)}])"

@@ -3,15 +3,11 @@
 import keras
 from keras import ops
 
-from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
-
-
-def _bound(values):
-    return None if any(value is None for value in values) else max(values)
+from keras_tfam.layers.attention.patterns.pattern_combination import PatternCombination
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class UnionPattern(AttentionPattern):
+class UnionPattern(PatternCombination):
     """A query attends to a key when any of the `patterns` allows it.
 
     The Sparse Transformer's "merged head" (Child et al. 2019, section 4.3:
@@ -27,11 +23,7 @@ class UnionPattern(AttentionPattern):
     """
 
     def __init__(self, patterns):
-        from keras_tfam.layers.attention.patterns.registry import get_pattern
-
-        if not isinstance(patterns, (list, tuple)) or not patterns:
-            raise ValueError(f"`patterns` must be a non-empty list of patterns. Received: patterns={patterns!r}")
-        self.patterns = [get_pattern(pattern) for pattern in patterns]
+        super().__init__(patterns)
         groups = {pattern.head_groups for pattern in self.patterns} - {1}
         if len(groups) > 1:
             raise ValueError(
@@ -39,14 +31,6 @@ class UnionPattern(AttentionPattern):
                 f"head groups {sorted(groups)}"
             )
         self.head_groups = groups.pop() if groups else 1
-
-    @property
-    def lookback(self):
-        return _bound([pattern.lookback for pattern in self.patterns])
-
-    @property
-    def lookahead(self):
-        return _bound([pattern.lookahead for pattern in self.patterns])
 
     def mask(self, query_positions, key_positions):
         masks = [pattern.mask(query_positions, key_positions) for pattern in self.patterns]
@@ -58,13 +42,3 @@ class UnionPattern(AttentionPattern):
         for mask in masks[1:]:
             merged = ops.logical_or(merged, mask)
         return merged
-
-    def check_length(self, length):
-        for pattern in self.patterns:
-            pattern.check_length(length)
-
-    def get_config(self):
-        return {"patterns": [keras.saving.serialize_keras_object(pattern) for pattern in self.patterns]}
-
-    def __repr__(self):
-        return f"UnionPattern([{', '.join(repr(pattern) for pattern in self.patterns)}])"

@@ -101,9 +101,8 @@ def test_strided_subsets_in_successive_layers_connect_in_two_hops():
     # The factorised form: layer 1 attends with A(1), layer 2 with A(2); j reaches i through some a.
     n, stride = 64, 8
     causal = np.tril(np.ones((n, n), bool))
-    first, second = (
-        (mask(p, n) & causal).astype(np.float32) for p in interleave([Strided(stride, subset=1), Strided(stride, subset=2)], 2)
-    )
+    layers = interleave([Strided(stride, subset=1), Strided(stride, subset=2)], 2)
+    first, second = ((mask(p, n) & causal).astype(np.float32) for p in layers)
     np.testing.assert_array_equal((second @ first) > 0, causal)
     assert not np.array_equal(first > 0, causal) and not np.array_equal(second > 0, causal)
 
@@ -193,5 +192,6 @@ def test_bad_arguments(build, match):
 @pytest.mark.parametrize("pattern", [Blockwise(4, [1, 0]), BigBird(4)], ids=["blockwise", "big_bird"])
 def test_block_size_must_divide_the_length(pattern):
     pattern.check_length(12)
-    with pytest.raises(ValueError, match="`block_size`=4 must divide the sequence length. Received: sequence length 10"):
+    divide = "`block_size`=4 must divide the sequence length. Received: sequence length 10"
+    with pytest.raises(ValueError, match=divide):
         pattern.check_length(10)
