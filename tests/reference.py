@@ -19,7 +19,7 @@ def attention(q, k, v, mask=None, bias=None):
     """Vaswani et al. eq. 1, per head. q `(B, T, N, H)`, k/v `(B, S, K, H)`.
 
     Key/value heads are repeated for grouped queries. `mask` `(B, T, S)`
-    boolean; a fully masked row yields zeros.
+    boolean, or `(B, N, T, S)` per head; a fully masked row yields zeros.
     """
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     groups = q.shape[2] // k.shape[2]
@@ -29,7 +29,8 @@ def attention(q, k, v, mask=None, bias=None):
     if bias is not None:
         scores = scores + bias
     if mask is not None:
-        mask = np.broadcast_to(np.asarray(mask, bool)[:, None], scores.shape)
+        mask = np.asarray(mask, bool)
+        mask = np.broadcast_to(mask[:, None] if mask.ndim == 3 else mask, scores.shape)
         scores = np.where(mask, scores, -np.inf)
         row_has_key = mask.any(-1, keepdims=True)
         scores = np.where(row_has_key, scores, 0.0)

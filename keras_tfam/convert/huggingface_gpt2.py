@@ -5,8 +5,6 @@ layouts found in the wild: the one `save_pretrained` writes (`transformer.`
 prefix) and the one of the original GPT-2 checkpoints on the hub (no prefix,
 plus the non-parameter buffers `h.N.attn.bias` and `h.N.attn.masked_bias`).
 GPT-2's `Conv1D` stores weights `[in, out]`, like a Keras `Dense` kernel.
-A file that cannot be read (truncated, not JSON, missing keys) raises a
-`ValueError` that names it and says what is wrong.
 """
 
 import json
@@ -16,14 +14,17 @@ import re
 import numpy as np
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
-_BUFFER = re.compile(r"^h\.\d+\.attn\.(masked_)?bias$")
+# Causal-mask buffers of older checkpoints: GPT-2's `h.N.attn.bias`, GPT-Neo's `h.N.attn.attention.bias`.
+_BUFFER = re.compile(r"^h\.\d+\.attn\.(attention\.)?(masked_)?bias$")
 
 
-def _read_config(directory):
+def read_config(directory, model_type="gpt2"):
+    """`config.json` of a Hugging Face directory, checked to be of `model_type` (GPT-2's when absent;
+    any when `model_type` is `None`)."""
     path = os.path.join(directory, "config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(
-            f"No config.json in {directory!r}: expected a Hugging Face GPT-2 directory "
+            f"No config.json in {directory!r}: expected a Hugging Face directory "
             "holding config.json and model.safetensors."
         )
     with open(path, "rb") as f:
@@ -34,13 +35,26 @@ def _read_config(directory):
         raise ValueError(f"{path} is not valid JSON ({error}; {len(data)} bytes): is the download complete?") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path} must hold a JSON object (a Hugging Face config). Received a {type(config).__name__}")
-    if config.get("model_type", "gpt2") != "gpt2":
-        raise ValueError(f"Not a GPT-2 checkpoint: model_type={config.get('model_type')!r} in {path}")
+    if model_type is not None and config.get("model_type", "gpt2") != model_type:
+        raise ValueError(f"Not a {model_type} checkpoint: model_type={config.get('model_type')!r} in {path}")
+    return config
+
+
+def check_activation(config, directory):
+    """The keras_tfam name of the config's `activation_function`; a `ValueError` when unsupported."""
     activation = config.get("activation_function", "gelu_new")
     if activation not in _ACTIVATIONS:
         raise ValueError(
-            f"Unsupported activation_function={activation!r} in {path}; supported: {tuple(_ACTIVATIONS)}"
+            f"Unsupported activation_function={activation!r} in {directory}/config.json; "
+            f"supported: {tuple(_ACTIVATIONS)}"
         )
+    return _ACTIVATIONS[activation]
+
+
+def _read_config(directory):
+    config = read_config(directory)
+    path = os.path.join(directory, "config.json")
+    check_activation(config, directory)
     if config.get("scale_attn_by_inverse_layer_idx"):
         raise ValueError(f"scale_attn_by_inverse_layer_idx=true in {path} is not supported")
     if config.get("add_cross_attention"):
@@ -48,7 +62,8 @@ def _read_config(directory):
     return config
 
 
-def _read_tensors(directory):
+def read_tensors(directory):
+    """The tensors of `model.safetensors`, without the `transformer.` prefix and the mask buffers."""
     from safetensors.numpy import load_file
 
     path = os.path.join(directory, "model.safetensors")
@@ -88,13 +103,8 @@ def huggingface_gpt2_arguments(config):
     }
 
 
-def gpt2_weight_map(model):
-    """`{checkpoint name: [(variable, transform), ...]}` for a learned-position, LayerNorm GPT2LM."""
-    d = model.hidden_dim
-
-    def columns(i):
-        return lambda w: w[..., i * d : (i + 1) * d]
-
+def embeddings_and_norms_map(model):
+    """The names GPT-2 and GPT-Neo share: embeddings, final norm, each block's two norms, MLP biases."""
     mapping = {
         "wte.weight": [(model.token_embedding.embeddings, None)],
         "wpe.weight": [(model.position_embedding.position_embeddings, None)],
@@ -102,23 +112,40 @@ def gpt2_weight_map(model):
         "ln_f.bias": [(model.final_norm.beta, None)],
     }
     for i, block in enumerate(model.transformer_blocks):
-        attention = block.self_attention_layer
-        qkv = (attention.query_dense, attention.key_dense, attention.value_dense)
         p = f"h.{i}."
         mapping.update(
             {
                 p + "ln_1.weight": [(block.self_attention_norm.gamma, None)],
                 p + "ln_1.bias": [(block.self_attention_norm.beta, None)],
+                p + "ln_2.weight": [(block.feed_forward_norm.gamma, None)],
+                p + "ln_2.bias": [(block.feed_forward_norm.beta, None)],
+                p + "mlp.c_fc.bias": [(block.feed_forward.intermediate_dense.bias, None)],
+                p + "mlp.c_proj.bias": [(block.feed_forward.output_dense.bias, None)],
+            }
+        )
+    return mapping
+
+
+def gpt2_weight_map(model):
+    """`{checkpoint name: [(variable, transform), ...]}` for a learned-position, LayerNorm GPT2LM."""
+    d = model.hidden_dim
+
+    def columns(i):
+        return lambda w: w[..., i * d : (i + 1) * d]
+
+    mapping = embeddings_and_norms_map(model)
+    for i, block in enumerate(model.transformer_blocks):
+        attention = block.self_attention_layer
+        qkv = (attention.query_dense, attention.key_dense, attention.value_dense)
+        p = f"h.{i}."
+        mapping.update(
+            {
                 p + "attn.c_attn.weight": [(dense.kernel, columns(j)) for j, dense in enumerate(qkv)],
                 p + "attn.c_attn.bias": [(dense.bias, columns(j)) for j, dense in enumerate(qkv)],
                 p + "attn.c_proj.weight": [(attention.output_dense.kernel, None)],
                 p + "attn.c_proj.bias": [(attention.output_dense.bias, None)],
-                p + "ln_2.weight": [(block.feed_forward_norm.gamma, None)],
-                p + "ln_2.bias": [(block.feed_forward_norm.beta, None)],
                 p + "mlp.c_fc.weight": [(block.feed_forward.intermediate_dense.kernel, None)],
-                p + "mlp.c_fc.bias": [(block.feed_forward.intermediate_dense.bias, None)],
                 p + "mlp.c_proj.weight": [(block.feed_forward.output_dense.kernel, None)],
-                p + "mlp.c_proj.bias": [(block.feed_forward.output_dense.bias, None)],
             }
         )
     return mapping
@@ -147,16 +174,21 @@ def assign_weights(mapping, tensors, source):
 def load_huggingface_gpt2(directory, cls, **overrides):
     """Builds `cls` (GPT2LM) from a Hugging Face GPT-2 directory and loads its weights."""
     config = _read_config(directory)
-    tensors = _read_tensors(directory)
+    tensors = read_tensors(directory)
     missing = [key for key in ("vocab_size", "n_layer", "n_head", "n_embd", "n_positions") if key not in config]
     if missing:
         raise ValueError(f"{os.path.join(directory, 'config.json')} lacks the GPT-2 config key(s) {missing}")
+    check_tied_head(tensors)
+    model = cls(**{**huggingface_gpt2_arguments(config), **overrides})
+    assign_weights(gpt2_weight_map(model), tensors, os.path.join(directory, "model.safetensors"))
+    return model
+
+
+def check_tied_head(tensors):
+    """Removes `lm_head.weight` from `tensors`; a `ValueError` unless it equals the token embedding."""
     lm_head = tensors.pop("lm_head.weight", None)
     if lm_head is not None and "wte.weight" in tensors and not np.array_equal(lm_head, tensors["wte.weight"]):
         raise ValueError(
             "lm_head.weight differs from wte.weight: GPT2LM ties its output head to the "
             "token embedding and cannot load an untied head."
         )
-    model = cls(**{**huggingface_gpt2_arguments(config), **overrides})
-    assign_weights(gpt2_weight_map(model), tensors, os.path.join(directory, "model.safetensors"))
-    return model

@@ -5,6 +5,7 @@ import math
 import keras
 
 from keras_tfam.generation.generator import GenerationMixin
+from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
 from keras_tfam.layers.attention.registry import ATTENTIONS, make_attention
 from keras_tfam.layers.blocks.feed_forward import ACTIVATIONS
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
@@ -18,6 +19,9 @@ from keras_tfam.utils import base_model_config, check_positive_int, head_size
 # Learned positions are added to the embeddings; "none" has no positions
 # (causal attention alone tells them apart); the rest act inside attention.
 POSITIONS = ("learned", "none", *ATTENTION_POSITIONS)
+# Which layers are local (sliding-window) when `local_window` is set: the odd
+# ones alternate with dense layers starting dense (GPT-3, GPT-Neo).
+LOCAL_LAYERS = ("odd", "even", "all")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -36,8 +40,15 @@ class GPT2LM(GenerationMixin, keras.Model):
     `"scale"`), `activation` (`"gelu_tanh"`, `"swiglu"`, ...),
     `num_key_value_heads` (grouped-query attention), `attention` (a kind
     registered in `keras_tfam.layers.attention.registry.ATTENTIONS`, with
-    its own `attention_options`). The same code path trains, generates and
-    exports every variant.
+    its own `attention_options`), local layers (`local_window`). The same
+    code path trains, generates and exports every variant.
+
+    Local layers attend to the last `local_window` positions only
+    (`SlidingWindow` pattern): GPT-3's "alternating dense and locally
+    banded sparse attention patterns" (Brown et al. 2020) and GPT-Neo's
+    global/local layers. They compute in `O(T * local_window)` and decode
+    with ring caches of `local_window` slots, while global layers keep full
+    caches.
 
     The model knows the longest context it was trained on (`max_length`:
     `context_length`, else the learned position table). `generate` never
@@ -63,7 +74,13 @@ class GPT2LM(GenerationMixin, keras.Model):
             `LinearAttention`: O(1) per generated token, the cache is its
             recurrent state).
         attention_options: the attention kind's own arguments, e.g.
-            `{"feature_map": "exp"}` for linear attention.
+            `{"feature_map": "exp"}` for linear attention, or a `pattern`
+            for every layer (`{"pattern": {"name": "strided", "stride": 32}}`).
+        local_window: the window of the local layers, or `None` (no local
+            layers).
+        local_layers: which layers are local: `"odd"` (1, 3, ...: dense
+            and local layers alternate, as GPT-3 and GPT-Neo), `"even"`,
+            `"all"`, or a list of layer indices.
         dropout: dropout on embeddings, residual branches and attention
             weights (GPT-2: 0.1).
         norm_epsilon: epsilon of the norms (GPT-2: 1e-5).
@@ -94,6 +111,8 @@ class GPT2LM(GenerationMixin, keras.Model):
         "num_key_value_heads": int,
         "attention": tuple(ATTENTIONS),
         "attention_options": dict,
+        "local_window": int,
+        "local_layers": LOCAL_LAYERS,
         "dropout": float,
         "norm_epsilon": float,
         "use_bias": bool,
@@ -114,6 +133,8 @@ class GPT2LM(GenerationMixin, keras.Model):
         num_key_value_heads=None,
         attention="softmax",
         attention_options=None,
+        local_window=None,
+        local_layers="odd",
         dropout=0.0,
         norm_epsilon=1e-5,
         use_bias=True,
@@ -142,6 +163,7 @@ class GPT2LM(GenerationMixin, keras.Model):
         if attention not in ATTENTIONS:
             raise ValueError(f"`attention` must be one of {tuple(ATTENTIONS)}. Received: attention={attention!r}")
         attention_options = dict(attention_options or {})
+        local = local_layer_indices(local_window, local_layers, num_layers)
         intermediate_dim = intermediate_dim or 4 * hidden_dim
         initializer = keras.initializers.RandomNormal(stddev=0.02)
         residual_initializer = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * num_layers))
@@ -161,6 +183,7 @@ class GPT2LM(GenerationMixin, keras.Model):
         self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
 
         def self_attention(i):
+            pattern = {"pattern": SlidingWindow(local_window)} if i in local else {}
             return make_attention(
                 attention,
                 num_heads,
@@ -174,6 +197,7 @@ class GPT2LM(GenerationMixin, keras.Model):
                 output_kernel_initializer=residual_initializer,
                 dtype=dtype,
                 name=f"{attention}_attention_{i}",
+                **pattern,
             )
 
         self.transformer_blocks = [
@@ -218,6 +242,8 @@ class GPT2LM(GenerationMixin, keras.Model):
         self.num_key_value_heads = num_key_value_heads or num_heads
         self.attention = attention
         self.attention_options = attention_options
+        self.local_window = local_window
+        self.local_layers = list(local_layers) if isinstance(local_layers, (list, tuple)) else local_layers
         self.dropout = dropout
         self.norm_epsilon = norm_epsilon
         self.use_bias = use_bias
@@ -248,7 +274,8 @@ class GPT2LM(GenerationMixin, keras.Model):
 
     def init_cache(self, batch_size, length, window=None):
         """Empty caches, one per block: `(B, 2, slots, K, H)` keys/values (`slots` at most
-        `window`), or the recurrent state of linear attention."""
+        `window`; rings of `local_window` slots in local layers), or the recurrent
+        state of linear attention."""
         return tuple(
             block.self_attention_layer.init_cache(batch_size, length, block.compute_dtype, window=window)
             for block in self.transformer_blocks
@@ -272,6 +299,12 @@ class GPT2LM(GenerationMixin, keras.Model):
             raise ValueError(
                 "Learned positions are absolute: a ring cache cannot slide them (the generator re-encodes the "
                 f"window instead). Received: window={window}"
+            )
+        if not isinstance(cache, (list, tuple)) or len(cache) != len(self.transformer_blocks):
+            raise ValueError(
+                f"`cache` must hold one cache per block ({len(self.transformer_blocks)}), as `init_cache` makes "
+                f"them. Received: cache of type {type(cache).__name__} with "
+                f"{len(cache) if isinstance(cache, (list, tuple)) else 'no'} entries"
             )
         hidden = self._embed(token_ids, index, training=False)
         updated = []
@@ -300,10 +333,10 @@ class GPT2LM(GenerationMixin, keras.Model):
 
     @classmethod
     def from_huggingface(cls, directory, **overrides):
-        """Loads a Hugging Face GPT-2 directory (`config.json` + `model.safetensors`)."""
-        from keras_tfam.convert.huggingface_gpt2 import load_huggingface_gpt2
+        """Loads a Hugging Face GPT-2 or GPT-Neo directory (`config.json` + `model.safetensors`)."""
+        from keras_tfam.convert.huggingface import load_huggingface
 
-        return load_huggingface_gpt2(directory, cls, **overrides)
+        return load_huggingface(directory, cls, **overrides)
 
     @classmethod
     def from_keras_hub(cls, backbone, **overrides):
@@ -328,6 +361,8 @@ class GPT2LM(GenerationMixin, keras.Model):
             "num_key_value_heads": self.num_key_value_heads,
             "attention": self.attention,
             "attention_options": dict(self.attention_options),
+            "local_window": self.local_window,
+            "local_layers": self.local_layers,
             "dropout": self.dropout,
             "norm_epsilon": self.norm_epsilon,
             "use_bias": self.use_bias,
@@ -341,3 +376,24 @@ class GPT2LM(GenerationMixin, keras.Model):
             if config.get("attention") == "linear":
                 config["attention_options"] = {"feature_map": feature_map, **(config.get("attention_options") or {})}
         return cls(**config)
+
+
+def local_layer_indices(local_window, local_layers, num_layers):
+    """The set of local layers' indices; `ValueError` naming a bad `local_window` or `local_layers`."""
+    if local_window is None:
+        return set()
+    check_positive_int("local_window", local_window)
+    if isinstance(local_layers, (list, tuple)):
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in local_layers):
+            raise ValueError(
+                f"`local_layers` must list layer indices in [0, {num_layers}). Received: local_layers={local_layers!r}"
+            )
+        return set(local_layers)
+    if local_layers not in LOCAL_LAYERS:
+        raise ValueError(
+            f"`local_layers` must be one of {LOCAL_LAYERS} or a list of layer indices. "
+            f"Received: local_layers={local_layers!r}"
+        )
+    first = {"odd": 1, "even": 0, "all": 0}[local_layers]
+    step = 1 if local_layers == "all" else 2
+    return set(range(first, num_layers, step))

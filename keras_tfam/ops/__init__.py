@@ -5,6 +5,7 @@ from keras_tfam.ops.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
+from keras_tfam.ops.banded import banded_attention
 from keras_tfam.ops.masks import (
     causal_mask,
     merge_masks,
@@ -20,6 +21,7 @@ __all__ = [
     "apply_attention_weights",
     "attention_weights",
     "scaled_dot_product_attention",
+    "banded_attention",
     "causal_mask",
     "merge_masks",
     "padding_to_attention_mask",

@@ -26,10 +26,14 @@ def positions(length, offset=0):
 
 
 def relative_distance(query_positions, key_positions):
-    """`(T, S)` int32 matrix of query position minus key position."""
+    """`(..., T, S)` int32 matrix of query position minus key position.
+
+    Positions are `(T,)` and `(S,)`, or `(..., T)` and `(..., S)` with the
+    same leading axes (blocks of queries, each with its own keys).
+    """
     query_positions = ops.cast(query_positions, "int32")
     key_positions = ops.cast(key_positions, "int32")
-    return ops.subtract(ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0))
+    return ops.subtract(ops.expand_dims(query_positions, -1), ops.expand_dims(key_positions, -2))
 
 
 def ring_positions(slots, end):
@@ -59,16 +63,17 @@ def position_mask(query_positions, key_positions, causal=True, window=None):
     `|i - j| < window`.
 
     Args:
-        query_positions: `(T,)` int positions of the queries.
-        key_positions: `(S,)` int positions of the keys.
+        query_positions: `(T,)` int positions of the queries (or `(..., T)`,
+            see `relative_distance`).
+        key_positions: `(S,)` int positions of the keys (or `(..., S)`).
         causal: hide keys after the query.
         window: positive int (or scalar tensor), or `None` for no limit.
 
     Returns:
-        Boolean tensor of shape `(1, T, S)`.
+        Boolean tensor of shape `(1, T, S)` (`(1, ..., T, S)`).
     """
     distance = relative_distance(query_positions, key_positions)
-    allowed = ops.greater_equal(ops.expand_dims(ops.cast(key_positions, "int32"), 0), 0)
+    allowed = ops.greater_equal(ops.expand_dims(ops.cast(key_positions, "int32"), -2), 0)
     allowed = ops.broadcast_to(allowed, ops.shape(distance))
     if causal:
         allowed = ops.logical_and(allowed, ops.greater_equal(distance, 0))

@@ -111,7 +111,9 @@ class LinearAttention(MultiHeadAttention):
     `window` most recent positions only, for a model trained on contexts
     of that length: the cache is then a ring of the last `window` keys and
     values, `(B, 2, window, K, H)` as `MultiHeadAttention`'s
-    (`init_cache(..., window=W)`), O(window) per token.
+    (`init_cache(..., window=W)`), O(window) per token. An attention
+    `pattern` is applied the same way (masked kernel, banded when the
+    pattern is local; a KV cache, a ring when its `lookback` is bounded).
 
     Args:
         num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
@@ -163,7 +165,7 @@ class LinearAttention(MultiHeadAttention):
     def init_cache(self, batch_size, max_length=None, dtype="float32", window=None):
         """The empty recurrent state `(B, N, H, Hv + 1)` (`max_length` is not needed),
         or with a `window` a ring of keys and values `(B, 2, slots, K, H)`."""
-        if check_window(window) is not None:
+        if check_window(window) is not None or self.pattern is not None:
             return super().init_cache(batch_size, max_length, dtype, window)
         return ops.zeros((batch_size, self.num_heads, self.key_dim, self.value_dim + 1), dtype)
 
@@ -208,7 +210,7 @@ class LinearAttention(MultiHeadAttention):
                 "LinearAttention supports padding masks, `use_causal_mask` and `window` only; it has no "
                 "attention_mask and no attention scores."
             )
-        if check_window(window) is not None:
+        if check_window(window) is not None or self.pattern is not None:
             # The windowed form: MultiHeadAttention's masks and ring cache,
             # with the kernel of `_compute_attention` below.
             if cache is not None and len(cache.shape) != 5:

@@ -3,8 +3,10 @@
 import keras
 from keras import ops
 
+from keras_tfam.layers.attention.patterns.registry import get_pattern
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
 from keras_tfam.ops import masks as mask_ops
+from keras_tfam.ops.banded import band_block_size, banded_attention
 from keras_tfam.ops.attention import (
     apply_attention_weights,
     attention_weights,
@@ -72,9 +74,22 @@ class MultiHeadAttention(keras.layers.Layer):
     time per token (`init_cache(..., window=W)`). Without a window a cache
     is a plain buffer, and writing past its last slot is an error.
 
+    An attention `pattern` (`keras_tfam.layers.attention.patterns`: sliding
+    or dilated windows, the Sparse Transformer's strided and fixed patterns,
+    blockwise, global tokens, BigBird, their unions and per-head
+    combinations) restricts which keys each query sees, on top of the other
+    masks. Whenever the allowed keys lie in a band around the query (a
+    `window`, or a pattern with a bounded `lookback` and `lookahead`),
+    self-attention without a cache runs banded: blocks of queries over
+    their neighbouring key blocks, `O(T * window)` time and memory instead
+    of `O(T^2)` (`keras_tfam.ops.banded`). Other patterns are applied as a
+    dense mask. A pattern with a bounded `lookback` makes every cache a
+    ring of `lookback` slots, as a `window` does.
+
     Causal self-attention over 128 positions or more (static lengths, no
-    cache) runs in 4 blocks of queries, each over the keys up to its last
-    position: the score blocks above the diagonal, all masked, are skipped.
+    cache, no band) runs in 4 blocks of queries, each over the keys up to
+    its last position: the score blocks above the diagonal, all masked,
+    are skipped.
 
     Subclasses that change how attention is computed (linear attention, ...)
     override `_compute_attention`.
@@ -96,6 +111,12 @@ class MultiHeadAttention(keras.layers.Layer):
         output_kernel_initializer: initializer of the output projection's
             kernel; defaults to `kernel_initializer` (GPT-2 scales it down
             with depth).
+        pattern: an `AttentionPattern`, a config accepted by
+            `patterns.get_pattern` (`{"name": "sliding_window", "window":
+            256}`), or `None` (every key).
+        qkv_bias: whether the query, key and value projections have biases;
+            defaults to `use_bias` (GPT-Neo: `False`, with a biased output
+            projection).
 
     Call arguments:
         query: `(B, T, D)`.
@@ -107,8 +128,8 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask: boolean `(B, T, S)`, `True` = may attend.
         use_causal_mask: hide keys at later positions than the query.
         window: attend to at most the `window` most recent positions (an
-            int or scalar int tensor), or `None`. With a cache, the cache is
-            a ring buffer (see above).
+            int or scalar int tensor), or `None`; intersected with the
+            `pattern`. With a cache, the cache is a ring buffer (see above).
         cache: `(B, 2, slots, K, H)` KV cache, or `None`.
         cache_update_index: the absolute position of the first new token (an
             int or scalar int tensor); its keys/values go to that slot (to
@@ -143,6 +164,8 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         output_kernel_initializer=None,
+        pattern=None,
+        qkv_bias=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -172,6 +195,12 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"`position` was built for {position_heads} heads but the attention has "
                 f"num_heads={num_heads}"
             )
+        pattern = get_pattern(pattern)
+        if pattern is not None and num_heads % pattern.head_groups:
+            raise ValueError(
+                f"`pattern` has {pattern.head_groups} head groups, which must divide num_heads={num_heads}. "
+                f"Received: pattern={pattern!r}"
+            )
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim
@@ -186,12 +215,14 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_kernel_initializer = keras.initializers.get(
             output_kernel_initializer or kernel_initializer
         )
+        self.pattern = pattern
+        self.qkv_bias = use_bias if qkv_bias is None else qkv_bias
         self.supports_masking = True
 
-    def _dense(self, units, name, kernel_initializer=None):
+    def _dense(self, units, name, kernel_initializer=None, use_bias=None):
         return keras.layers.Dense(
             units,
-            use_bias=self.use_bias,
+            use_bias=self.use_bias if use_bias is None else use_bias,
             kernel_initializer=kernel_initializer or self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -206,11 +237,11 @@ class MultiHeadAttention(keras.layers.Layer):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
         kv_heads = self.num_key_value_heads
-        self.query_dense = self._dense(self.num_heads * self.key_dim, "query")
+        self.query_dense = self._dense(self.num_heads * self.key_dim, "query", use_bias=self.qkv_bias)
         self.query_dense.build(query_shape)
-        self.key_dense = self._dense(kv_heads * self.key_dim, "key")
+        self.key_dense = self._dense(kv_heads * self.key_dim, "key", use_bias=self.qkv_bias)
         self.key_dense.build(key_shape)
-        self.value_dense = self._dense(kv_heads * self.value_dim, "value")
+        self.value_dense = self._dense(kv_heads * self.value_dim, "value", use_bias=self.qkv_bias)
         self.value_dense.build(value_shape)
         self.output_dense = self._dense(
             self.output_dim or query_shape[-1], "attention_output", self.output_kernel_initializer
@@ -276,6 +307,7 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
     ):
         window = check_window(window)
+        ring = self._ring_window(window)
         value, key, query_mask, key_padding_mask = self._resolve_inputs(
             query, value, key, query_mask, value_mask, key_mask, cache
         )
@@ -295,15 +327,31 @@ class MultiHeadAttention(keras.layers.Layer):
             key_positions = mask_ops.positions(ops.shape(key_heads)[1], offset)
             if cache is not None:
                 cache, key_heads, value_heads, key_positions = self._update_cache(
-                    cache, key_heads, value_heads, cache_update_index, window
+                    cache, key_heads, value_heads, cache_update_index, ring
                 )
+        query_length, key_length = static_dim(query_heads.shape[1]), static_dim(key_heads.shape[1])
+        if self.pattern is not None and cache is None and query_length is not None:
+            self.pattern.check_length(query_length)
 
+        band = None
+        if cache is None and attention_mask is None and not return_attention_scores:
+            band = self._band(query_length, key_length, use_causal_mask, window)
         blocks = None
-        if use_causal_mask and cache is None and not return_attention_scores:
-            blocks = _causal_query_blocks(
-                static_dim(query_heads.shape[1]), static_dim(key_heads.shape[1]), attention_mask
+        if use_causal_mask and cache is None and not return_attention_scores and band is None:
+            blocks = _causal_query_blocks(query_length, key_length, attention_mask)
+        if band is not None:
+            outputs = banded_attention(
+                query_heads,
+                key_heads,
+                value_heads,
+                *band,
+                query_mask=query_mask,
+                key_mask=key_padding_mask,
+                mask_fn=lambda q, k: self._position_rule(q, k, use_causal_mask, window),
+                bias_fn=None if self.position is None else self.position.attention_bias,
+                attend=lambda q, k, v, mask, bias: self._compute_attention(q, k, v, mask, bias, training, False)[0],
             )
-        if blocks:
+        elif blocks:
             # Causal self-attention by blocks of queries, each over the keys up
             # to its last position: the score blocks above the diagonal, all
             # masked, are never computed (5/8 of the scores with 4 blocks).
@@ -417,13 +465,64 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = None
         if self.position is not None:
             bias = self.position.attention_bias(query_positions, key_positions)
-        position_rule = None
-        if causal or window is not None:
-            position_rule = mask_ops.position_mask(query_positions, key_positions, causal=causal, window=window)
-        mask = mask_ops.merge_masks(
-            mask_ops.padding_to_attention_mask(query_mask, key_padding_mask), attention_mask, position_rule
-        )
+        position_rule = self._position_rule(query_positions, key_positions, causal, window)
+        other = mask_ops.merge_masks(mask_ops.padding_to_attention_mask(query_mask, key_padding_mask), attention_mask)
+        if other is not None and position_rule is not None and len(position_rule.shape) == 4:
+            other = ops.expand_dims(other, 1)  # [B, 1, T, S] against a per-head rule
+        mask = mask_ops.merge_masks(other, position_rule)
         return self._compute_attention(query, key, value, mask, bias, training, return_attention_scores)
+
+    def _position_rule(self, query_positions, key_positions, causal, window):
+        """Causality, `window` and `pattern` as one mask from positions, or `None`.
+
+        Positions `(T,)`, `(S,)` (or with leading block axes, `(nb, b)`);
+        returns `(1, [nb,] T, S)`, or `(1, [nb,] N, T, S)` for a per-head
+        pattern.
+        """
+        rule = None
+        if causal or window is not None:
+            rule = mask_ops.position_mask(query_positions, key_positions, causal=causal, window=window)
+        if self.pattern is None:
+            return rule
+        allowed = self.pattern.mask(query_positions, key_positions)
+        if self.pattern.head_groups > 1:
+            allowed = ops.repeat(allowed, self.num_heads // self.pattern.head_groups, axis=-3)
+            rule = None if rule is None else ops.expand_dims(rule, -3)
+        allowed = ops.expand_dims(allowed, 0)
+        return allowed if rule is None else ops.logical_and(rule, allowed)
+
+    def _ring_window(self, window):
+        """The positions a cache must keep: `window` and the pattern's `lookback`, the smaller; or `None`."""
+        lookback = None if self.pattern is None else self.pattern.lookback
+        if window is None or lookback is None:
+            return lookback if window is None else window
+        known = static_int(window)
+        return min(known, lookback) if known is not None else ops.minimum(window, lookback)
+
+    def _band(self, query_length, key_length, causal, window):
+        """`(lookback, lookahead)` of banded self-attention over `query_length` positions, or `None`.
+
+        Banded when both lengths are static and equal, and the allowed keys
+        lie in a band (a static `window`, or a pattern's bounded extents)
+        narrower than the sequence.
+        """
+        if query_length is None or query_length != key_length:
+            return None
+        if window is not None and static_int(window) is None:
+            return None
+        window = None if window is None else static_int(window)
+        pattern = self.pattern
+        backs = [x for x in (window, None if pattern is None else pattern.lookback) if x is not None]
+        aheads = [0] if causal else [
+            x for x in (None if window is None else window - 1, None if pattern is None else pattern.lookahead)
+            if x is not None
+        ]
+        if not backs or not aheads:
+            return None
+        lookback, lookahead = min(backs), min(aheads)
+        if query_length <= band_block_size(lookback, lookahead):
+            return None
+        return lookback, lookahead
 
     def init_cache(self, batch_size, max_length, dtype="float32", window=None):
         """An empty KV cache `(B, 2, slots, K, H)` for decoding `max_length` positions.
@@ -432,17 +531,25 @@ class MultiHeadAttention(keras.layers.Layer):
         that keeps only the positions a query can still see.
         """
         slots = max_length
-        if check_window(window) is not None:
-            both_known = isinstance(max_length, int) and isinstance(window, int)
-            slots = min(max_length, window) if both_known else ops.minimum(max_length, window)
+        ring = self._ring_window(check_window(window))
+        if ring is not None:
+            both_known = isinstance(max_length, int) and isinstance(ring, int)
+            slots = min(max_length, ring) if both_known else ops.minimum(max_length, ring)
         return ops.zeros((batch_size, 2, slots, self.num_key_value_heads, self.key_dim), dtype)
 
     def resize_cache(self, cache, max_length):
         """The cache grown to `max_length` positions (new positions empty).
 
-        A ring cache may only grow before it wraps around.
+        A ring cache may only grow before it wraps around. With a pattern of
+        bounded `lookback` the cache never grows past `lookback` slots.
         """
-        if isinstance(max_length, int) and static_dim(cache.shape[2]) is not None and max_length < cache.shape[2]:
+        lookback = None if self.pattern is None else self.pattern.lookback
+        slots = static_dim(cache.shape[2])
+        if lookback is not None and isinstance(max_length, int):
+            if slots is not None and slots >= min(max_length, lookback):
+                return cache
+            max_length = min(max_length, lookback)
+        if isinstance(max_length, int) and slots is not None and max_length < slots:
             raise ValueError(
                 "`resize_cache` only grows a cache. Received: max_length="
                 f"{max_length} for a cache of {cache.shape[2]} positions"
@@ -496,6 +603,8 @@ class MultiHeadAttention(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
             output_kernel_initializer=keras.initializers.serialize(self.output_kernel_initializer),
+            pattern=keras.saving.serialize_keras_object(self.pattern),
+            qkv_bias=self.qkv_bias,
         )
         return config
 
@@ -503,4 +612,5 @@ class MultiHeadAttention(keras.layers.Layer):
     def from_config(cls, config):
         config = dict(config)
         config["position"] = keras.saving.deserialize_keras_object(config.get("position"))
+        config["pattern"] = get_pattern(config.get("pattern"))
         return cls(**config)

@@ -1,0 +1,80 @@
+"""Attention patterns by name: `get_pattern` turns a name and arguments, or a config, into a pattern.
+
+A new pattern is a new file plus one entry here; attention takes any
+`AttentionPattern` and never branches on the kind.
+"""
+
+import keras
+
+from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
+from keras_tfam.layers.attention.patterns.big_bird import BigBird
+from keras_tfam.layers.attention.patterns.blockwise import Blockwise
+from keras_tfam.layers.attention.patterns.dilated_window import DilatedWindow
+from keras_tfam.layers.attention.patterns.fixed import Fixed
+from keras_tfam.layers.attention.patterns.global_tokens import GlobalTokens
+from keras_tfam.layers.attention.patterns.head_patterns import HeadPatterns
+from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
+from keras_tfam.layers.attention.patterns.strided import Strided
+from keras_tfam.layers.attention.patterns.union_pattern import UnionPattern
+
+PATTERNS = {
+    "sliding_window": SlidingWindow,
+    "dilated_window": DilatedWindow,
+    "strided": Strided,
+    "fixed": Fixed,
+    "blockwise": Blockwise,
+    "global_tokens": GlobalTokens,
+    "big_bird": BigBird,
+    "union": UnionPattern,
+    "per_head": HeadPatterns,
+}
+
+
+def get_pattern(pattern):
+    """An `AttentionPattern` from a pattern, `None`, a name, or a config.
+
+    Args:
+        pattern: an `AttentionPattern`; `None`; a dict `{"name": NAME,
+            **arguments}` with `NAME` a key of `PATTERNS` (e.g.
+            `{"name": "sliding_window", "window": 256}`, as a training
+            config gives it); or a serialized pattern
+            (`keras.saving.serialize_keras_object`).
+
+    Raises:
+        ValueError: naming the unknown pattern, or the missing or unexpected
+            arguments.
+    """
+    if pattern is None or isinstance(pattern, AttentionPattern):
+        return pattern
+    if isinstance(pattern, dict) and "class_name" in pattern:
+        return keras.saving.deserialize_keras_object(pattern)
+    if isinstance(pattern, str):
+        name, arguments = pattern, {}
+    elif isinstance(pattern, dict):
+        arguments = dict(pattern)
+        name = arguments.pop("name", None)
+    else:
+        raise ValueError(
+            "`pattern` must be an AttentionPattern, a dict {'name': ..., **arguments} or None. "
+            f"Received: pattern={pattern!r}"
+        )
+    if name not in PATTERNS:
+        raise ValueError(f"`pattern` must be one of {tuple(PATTERNS)}. Received: pattern={name!r}")
+    try:
+        return PATTERNS[name](**arguments)
+    except TypeError as error:
+        raise ValueError(f"Bad arguments for the {name!r} pattern ({error}). Received: pattern={pattern!r}") from None
+
+
+def interleave(patterns, num_layers):
+    """One pattern per layer, cycling through `patterns`: the Sparse Transformer's
+    interleaved subsets (Child et al. 2019, section 4.3: layer `r` uses `A(r mod p)`).
+
+    Example:
+
+    >>> interleave([Strided(32, subset=1), Strided(32, subset=2)], 4)  # A(1), A(2), A(1), A(2)
+    """
+    patterns = [get_pattern(pattern) for pattern in patterns]
+    if not patterns:
+        raise ValueError(f"`patterns` must be a non-empty list of patterns. Received: patterns={patterns!r}")
+    return [patterns[layer % len(patterns)] for layer in range(num_layers)]

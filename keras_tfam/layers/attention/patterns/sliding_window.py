@@ -1,0 +1,46 @@
+"""Sliding-window (local) attention pattern."""
+
+import keras
+from keras import ops
+
+from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
+from keras_tfam.utils import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class SlidingWindow(AttentionPattern):
+    """Each query attends to the keys less than `window` positions away.
+
+    Local attention of the Image Transformer (Parmar et al. 2018, 1D local),
+    Longformer's sliding window (Beltagy et al. 2020), the local layers of
+    GPT-3 and GPT-Neo and Mistral's sliding window: `|i - j| < window`;
+    with a causal mask, `i - window < j <= i` (the query and the
+    `window - 1` keys before it). Computed banded, in `O(T * window)`
+    time and memory; causal decoding needs a ring cache of `window` slots.
+
+    Args:
+        window: positive int.
+
+    Example:
+
+    >>> attention = MultiHeadAttention(8, 64, pattern=SlidingWindow(256))
+    >>> attention(x, use_causal_mask=True)  # O(T * 256)
+    """
+
+    def __init__(self, window):
+        check_positive_int("window", window)
+        self.window = window
+
+    @property
+    def lookback(self):
+        return self.window
+
+    @property
+    def lookahead(self):
+        return self.window - 1
+
+    def _allowed(self, i, j):
+        return ops.less(ops.abs(i - j), self.window)
+
+    def get_config(self):
+        return {"window": self.window}
