@@ -24,6 +24,7 @@ from keras_tfam.layers.position.relative_position_bias import (
     relative_position_buckets,
 )
 from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
+from keras_tfam.layers.position.shaw_relative_position import ShawRelativePosition
 from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "RelativePositionBias",
     "RotaryEmbedding",
     "ScaleNorm",
+    "ShawRelativePosition",
     "SinusoidalPositionEncoding",
     "TiedEmbedding",
     "TransformerDecoderBlock",

@@ -72,6 +72,12 @@ class MultiHeadAttention(keras.layers.Layer):
     time per token (`init_cache(..., window=W)`). Without a window a cache
     is a plain buffer, and writing past its last slot is an error.
 
+    A `memory` (Transformer-XL's segment recurrence, Dai et al. 2019) holds
+    the states of the `M` positions before position 0: its keys and values
+    are prepended to the others, at positions `-M .. -1`, so every query
+    may attend to it (a position scheme sees the distances across it). The
+    caller stops its gradient.
+
     Causal self-attention over 128 positions or more (static lengths, no
     cache) runs in 4 blocks of queries, each over the keys up to its last
     position: the score blocks above the diagonal, all masked, are skipped.
@@ -109,6 +115,10 @@ class MultiHeadAttention(keras.layers.Layer):
         window: attend to at most the `window` most recent positions (an
             int or scalar int tensor), or `None`. With a cache, the cache is
             a ring buffer (see above).
+        memory: `(B, M, D)` states of the `M` positions before position 0
+            (a previous segment), or `None`; prepended to `key` and `value`.
+        memory_mask: boolean `(B, M)`, `True` = a memory slot holds a state
+            (default: all do).
         cache: `(B, 2, slots, K, H)` KV cache, or `None`.
         cache_update_index: the absolute position of the first new token (an
             int or scalar int tensor); its keys/values go to that slot (to
@@ -219,7 +229,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.dropout:
             self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         if self.position is not None and not self.position.built:
-            self.position.build(None)
+            self.position.build((None, None, self.num_heads, self.key_dim))
         self.built = True
 
     def _split_heads(self, x, num_heads):
@@ -274,11 +284,22 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
+        memory=None,
+        memory_mask=None,
     ):
         window = check_window(window)
         value, key, query_mask, key_padding_mask = self._resolve_inputs(
             query, value, key, query_mask, value_mask, key_mask, cache
         )
+        memory_length = 0
+        if memory is not None:
+            if cache is not None:
+                raise ValueError(
+                    "`memory` and `cache` cannot be combined: a decoding model keeps its memory's states in its "
+                    "cache, or passes them as `memory` without a KV cache."
+                )
+            value, key, key_padding_mask = self._prepend_memory(query, value, key, key_padding_mask, memory, memory_mask)
+            memory_length = ops.shape(memory)[1]
         query_heads = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
         if cache is not None:
             self._check_cache(cache)
@@ -292,7 +313,11 @@ class MultiHeadAttention(keras.layers.Layer):
             value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
             if self.position is not None:
                 query_heads, key_heads = self.position.rotate_query_key(query_heads, key_heads, offset, offset)
-            key_positions = mask_ops.positions(ops.shape(key_heads)[1], offset)
+            key_positions = mask_ops.positions(ops.shape(key_heads)[1] - memory_length, offset)
+            if memory is not None:
+                key_positions = ops.concatenate(
+                    [mask_ops.positions(memory_length, -memory_length), key_positions], axis=0
+                )
             if cache is not None:
                 cache, key_heads, value_heads, key_positions = self._update_cache(
                     cache, key_heads, value_heads, cache_update_index, window
@@ -348,6 +373,29 @@ class MultiHeadAttention(keras.layers.Layer):
         if return_attention_scores:
             return outputs, weights
         return outputs
+
+    def _prepend_memory(self, query, value, key, key_padding_mask, memory, memory_mask):
+        """`(value, key, key_padding_mask)` with the memory's states and mask in front."""
+        shape, width = tuple(memory.shape), (key.shape[-1], value.shape[-1])
+        if len(shape) != 3 or shape[-1] != width[0] or width[0] != width[1]:
+            raise ValueError(
+                f"`memory` must have shape (batch, memory_length, {width[0]}): the width of the keys and values "
+                f"it is prepended to. Received: memory.shape={shape}"
+            )
+        if shape[0] is not None and query.shape[0] is not None and shape[0] != query.shape[0]:
+            raise ValueError(
+                f"`memory` must have the batch size of the queries ({query.shape[0]}). Received: memory.shape={shape}"
+            )
+        memory = ops.cast(memory, key.dtype)
+        if memory_mask is not None or key_padding_mask is not None:
+            batch = ops.shape(memory)[0]
+            memory_mask = ops.ones((batch, ops.shape(memory)[1]), "bool") if memory_mask is None else memory_mask
+            keys_mask = ops.ones((batch, ops.shape(key)[1]), "bool") if key_padding_mask is None else key_padding_mask
+            key_padding_mask = ops.concatenate([ops.cast(memory_mask, "bool"), ops.cast(keys_mask, "bool")], axis=1)
+        same = value is key
+        key = ops.concatenate([memory, key], axis=1)
+        value = key if same else ops.concatenate([memory, value], axis=1)
+        return value, key, key_padding_mask
 
     def _update_cache(self, cache, key_heads, value_heads, index, window):
         """Writes the new keys/values into `cache`.
@@ -414,13 +462,18 @@ class MultiHeadAttention(keras.layers.Layer):
         """Position bias and merged masks for `(B, T, N, H)` queries, then attention."""
         bias = None
         if self.position is not None:
-            bias = self.position.attention_bias(query_positions, key_positions)
+            bias = self.position.score_bias(query, key, query_positions, key_positions, self.scale)
         position_rule = None
         if causal or window is not None:
             position_rule = mask_ops.position_mask(query_positions, key_positions, causal=causal, window=window)
         mask = mask_ops.merge_masks(
             mask_ops.padding_to_attention_mask(query_mask, key_padding_mask), attention_mask, position_rule
         )
+        if self.position is not None and self.position.acts_on_weights:
+            dropout = self.dropout_layer if self.dropout else None
+            return self.position.attend(
+                query, key, value, query_positions, key_positions, mask, bias, self.scale, dropout, training
+            )
         return self._compute_attention(query, key, value, mask, bias, training, return_attention_scores)
 
     def init_cache(self, batch_size, max_length, dtype="float32", window=None):
