@@ -26,6 +26,7 @@ from keras_tfam.layers.position.relative_position_bias import (
 from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
 from keras_tfam.layers.position.shaw_relative_position import ShawRelativePosition
 from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition, sinusoid_encoding
 
 __all__ = [
     "ALiBiBias",
@@ -50,7 +51,9 @@ __all__ = [
     "TiedEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
+    "TransformerXLPosition",
     "alibi_slopes",
     "get_norm",
     "relative_position_buckets",
+    "sinusoid_encoding",
 ]

@@ -73,10 +73,11 @@ class MultiHeadAttention(keras.layers.Layer):
     is a plain buffer, and writing past its last slot is an error.
 
     A `memory` (Transformer-XL's segment recurrence, Dai et al. 2019) holds
-    the states of the `M` positions before position 0: its keys and values
-    are prepended to the others, at positions `-M .. -1`, so every query
-    may attend to it (a position scheme sees the distances across it). The
-    caller stops its gradient.
+    the states of the `M` positions before the queries: its keys and values
+    are prepended to the others, so every query may attend to it, and a
+    position scheme sees the distances across it (the memory takes
+    positions `0 .. M - 1`, the queries and their keys follow from `M`).
+    The caller stops its gradient.
 
     Causal self-attention over 128 positions or more (static lengths, no
     cache) runs in 4 blocks of queries, each over the keys up to its last
@@ -115,7 +116,7 @@ class MultiHeadAttention(keras.layers.Layer):
         window: attend to at most the `window` most recent positions (an
             int or scalar int tensor), or `None`. With a cache, the cache is
             a ring buffer (see above).
-        memory: `(B, M, D)` states of the `M` positions before position 0
+        memory: `(B, M, D)` states of the `M` positions before the queries
             (a previous segment), or `None`; prepended to `key` and `value`.
         memory_mask: boolean `(B, M)`, `True` = a memory slot holds a state
             (default: all do).
@@ -304,7 +305,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             self._check_cache(cache)
         offset = 0 if cache_update_index is None else cache_update_index
-        query_positions = mask_ops.positions(ops.shape(query_heads)[1], offset)
+        # A memory takes the M positions from `offset`; the queries follow it.
+        query_offset = offset if memory is None else ops.add(offset, memory_length)
+        query_positions = mask_ops.positions(ops.shape(query_heads)[1], query_offset)
         if cache is not None and cache_update_index is None:
             key_heads, value_heads = cache[:, 0], cache[:, 1]  # precomputed source
             key_positions = mask_ops.positions(ops.shape(key_heads)[1])
@@ -312,12 +315,8 @@ class MultiHeadAttention(keras.layers.Layer):
             key_heads = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
             value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
             if self.position is not None:
-                query_heads, key_heads = self.position.rotate_query_key(query_heads, key_heads, offset, offset)
-            key_positions = mask_ops.positions(ops.shape(key_heads)[1] - memory_length, offset)
-            if memory is not None:
-                key_positions = ops.concatenate(
-                    [mask_ops.positions(memory_length, -memory_length), key_positions], axis=0
-                )
+                query_heads, key_heads = self.position.rotate_query_key(query_heads, key_heads, query_offset, offset)
+            key_positions = mask_ops.positions(ops.shape(key_heads)[1], offset)
             if cache is not None:
                 cache, key_heads, value_heads, key_positions = self._update_cache(
                     cache, key_heads, value_heads, cache_update_index, window
