@@ -147,3 +147,36 @@ class AttentionPositionScheme(keras.layers.Layer):
 
     def compute_output_shape(self, attention_scores_shape):
         return attention_scores_shape
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class HeadsPositionScheme(AttentionPositionScheme):
+    """A scheme whose hooks read the heads or the weights; as a layer, attention over given heads.
+
+    Base of `ShawRelativePosition`, `TransformerXLPosition`, `AdaptiveSpan`
+    and `ComposedPosition`: calling one runs softmax attention of query,
+    key and value heads under its hooks (rotation excluded), which is what
+    `MultiHeadAttention` does with it between its projections.
+
+    Call arguments:
+        query: `(B, T, N, H)` query heads.
+        key: `(B, S, K, H)` key heads.
+        value: `(B, S, K, Hv)` value heads.
+        attention_mask: boolean `(B, T, S)`, `True` = may attend, or `None`.
+        query_offset: absolute position of the first query.
+        key_offset: absolute position of the first key.
+
+    Returns:
+        `(B, T, N, Hv)`.
+    """
+
+    def call(self, query, key, value, attention_mask=None, query_offset=0, key_offset=0):
+        query_positions = positions(ops.shape(query)[1], query_offset)
+        key_positions = positions(ops.shape(key)[1], key_offset)
+        bias = self.score_bias(query, key, query_positions, key_positions)
+        outputs, _ = self.attend(query, key, value, query_positions, key_positions, attention_mask, bias)
+        return outputs
+
+    def compute_output_shape(self, query_shape, key_shape=None, value_shape=None):
+        value_dim = query_shape[-1] if value_shape is None else value_shape[-1]
+        return tuple(query_shape[:-1]) + (value_dim,)

@@ -3,13 +3,13 @@
 import keras
 from keras import ops
 
-from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.ops.masks import positions, relative_distance
+from keras_tfam.layers.position.attention_position_scheme import HeadsPositionScheme
+from keras_tfam.ops.masks import relative_distance
 from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class ShawRelativePosition(AttentionPositionScheme):
+class ShawRelativePosition(HeadsPositionScheme):
     """Learned vectors for clipped relative distances, added to the keys and the values.
 
     Implements Shaw et al. 2018 ("Self-Attention with Relative Position
@@ -121,17 +121,6 @@ class ShawRelativePosition(AttentionPositionScheme):
     @property
     def acts_on_weights(self):
         return self.use_value_term
-
-    def call(self, query, key, value, attention_mask=None, query_offset=0, key_offset=0):
-        query_positions = positions(ops.shape(query)[1], query_offset)
-        key_positions = positions(ops.shape(key)[1], key_offset)
-        bias = self.score_bias(query, key, query_positions, key_positions)
-        outputs, _ = self.attend(query, key, value, query_positions, key_positions, attention_mask, bias)
-        return outputs
-
-    def compute_output_shape(self, query_shape, key_shape=None, value_shape=None):
-        value_dim = query_shape[-1] if value_shape is None else value_shape[-1]
-        return tuple(query_shape[:-1]) + (value_dim,)
 
     def get_config(self):
         config = super().get_config()

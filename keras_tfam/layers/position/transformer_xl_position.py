@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.ops.masks import positions, relative_distance
+from keras_tfam.layers.position.attention_position_scheme import HeadsPositionScheme
+from keras_tfam.ops.masks import relative_distance
 from keras_tfam.ops.relative_shift import relative_shift
 from keras_tfam.utils import check_positive_int
 
@@ -30,7 +30,7 @@ def _contiguous(values):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class TransformerXLPosition(AttentionPositionScheme):
+class TransformerXLPosition(HeadsPositionScheme):
     """Transformer-XL's relative positions: global biases `u`, `v` and sinusoidal distances `R`.
 
     Implements Dai et al. 2019 ("Transformer-XL", section 3.3): the score of
@@ -173,17 +173,6 @@ class TransformerXLPosition(AttentionPositionScheme):
             consecutive = ops.logical_and(consecutive, query_positions[-1] <= key_positions[-1])
             position = ops.cond(consecutive, shifted, gathered)
         return content + position
-
-    def call(self, query, key, value, attention_mask=None, query_offset=0, key_offset=0):
-        query_positions = positions(ops.shape(query)[1], query_offset)
-        key_positions = positions(ops.shape(key)[1], key_offset)
-        bias = self.score_bias(query, key, query_positions, key_positions)
-        outputs, _ = self.attend(query, key, value, query_positions, key_positions, attention_mask, bias)
-        return outputs
-
-    def compute_output_shape(self, query_shape, key_shape=None, value_shape=None):
-        value_dim = query_shape[-1] if value_shape is None else value_shape[-1]
-        return tuple(query_shape[:-1]) + (value_dim,)
 
     def get_config(self):
         config = super().get_config()
