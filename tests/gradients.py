@@ -4,14 +4,15 @@ import keras
 
 
 def gradient(loss_fn, variable):
-    """d loss_fn() / d variable, as a NumPy array (`loss_fn` reads the variable)."""
+    """d loss_fn() / d variable, as a NumPy array (zeros where unconnected; `loss_fn` reads the variable)."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
 
         with tf.GradientTape() as tape:
             loss = loss_fn()
-        return keras.ops.convert_to_numpy(tape.gradient(loss, variable.value))
+        grad = tape.gradient(loss, variable.value, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return keras.ops.convert_to_numpy(grad)
     if backend == "jax":
         import jax
 

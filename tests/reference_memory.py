@@ -80,3 +80,27 @@ def gru_gate(x, y, w_r, u_r, w_z, u_z, w_g, u_g, gate_bias):
     z = sigmoid(y @ w_z + x @ u_z - gate_bias)
     h = np.tanh(y @ w_g + (r * x) @ u_g)
     return (1.0 - z) * x + z * h
+
+
+def compressive_memory(states, memory_length, compressed_length, rate, compress):
+    """Rae et al. 2020 (algorithm 1) after a whole stream `states (L, D)`, however it was cut into segments.
+
+    The memory held `M` empty slots, then the states in order: it keeps the
+    last `M`; every slot before them left it (the empty ones first), and
+    each `c` consecutive slots that left, counted from the first, make one
+    compressed slot, of which the last `Cm` are kept. Returns
+    `(compressed (Cm, D), compressed_valid (Cm,), memory (M, D), memory_valid (M,))`;
+    an empty slot is zeros, and a compressed slot is valid when one of its
+    states was.
+    """
+    width = states.shape[1]
+    slots = np.concatenate([np.zeros((memory_length, width)), states])
+    valid = np.concatenate([np.zeros(memory_length, bool), np.ones(len(states), bool)])
+    left, left_valid = slots[:-memory_length], valid[:-memory_length]
+    groups = len(left) // rate
+    compressed = [compress(left[g * rate : (g + 1) * rate]) for g in range(groups)]
+    compressed_valid = [left_valid[g * rate : (g + 1) * rate].any() for g in range(groups)]
+    pad = max(0, compressed_length - groups)
+    compressed = np.concatenate([np.zeros((pad, width)), np.array(compressed).reshape(-1, width)])[-compressed_length:]
+    compressed_valid = np.concatenate([np.zeros(pad, bool), np.array(compressed_valid, bool)])[-compressed_length:]
+    return compressed, compressed_valid, slots[-memory_length:], valid[-memory_length:]

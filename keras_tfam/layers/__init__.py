@@ -8,6 +8,7 @@ from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecode
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.blocks.transformer_xl_block import TransformerXLBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
+from keras_tfam.layers.memory.compressive_memory import CompressiveMemory
 from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.normalization.rms_norm import RMSNorm
 from keras_tfam.layers.normalization.scale_norm import ScaleNorm
@@ -45,6 +46,7 @@ __all__ = [
     "PMA",
     "SAB",
     "AttentionPositionScheme",
+    "CompressiveMemory",
     "FeedForward",
     "GRUGate",
     "LinearAttention",
