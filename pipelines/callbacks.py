@@ -169,3 +169,22 @@ class ThroughputMonitor(keras.callbacks.Callback):
                 if logs and "loss" in logs:
                     tf.summary.scalar("step_loss", float(logs["loss"]))
             self.writer.flush()
+
+
+class ModelScalars(keras.callbacks.Callback):
+    """What a model reports of itself (`model.summary_scalars()`: name -> float) into TensorBoard (`train`).
+
+    Transformer-XL reports its memory (length, slots filled) and learned
+    attention spans per layer and head.
+    """
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self.writer = tf.summary.create_file_writer(f"{log_dir}/train")
+
+    def on_epoch_end(self, epoch, logs=None):
+        scalars = self.model.summary_scalars()
+        with self.writer.as_default(step=int(self.model.optimizer.iterations.numpy())):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+        self.writer.flush()

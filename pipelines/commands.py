@@ -36,7 +36,7 @@ def load_run(run_dir, checkpoint="best"):
 
 
 def _eval(args):
-    from pipelines.data.lm_stream import lm_dataset, tokenize_lines
+    from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset, tokenize_lines
     from pipelines.data.wikitext import count_words, split_lines
     from pipelines.evaluation import evaluate_perplexity
 
@@ -49,7 +49,8 @@ def _eval(args):
     if tokenizer is None:
         raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
     tokens = tokenize_lines(tokenizer, lines)
-    dataset = lm_dataset(tokens, args.sequence_length, args.batch_size, tokenizer.eos_id)
+    stream = stateful_lm_dataset if getattr(model, "stateful_stream", False) else lm_dataset  # XL: with memory
+    dataset = stream(tokens, args.sequence_length, args.batch_size, tokenizer.eos_id)
     result = evaluate_perplexity(model, dataset, count_words(lines))
     print(json.dumps({"split": args.split, **result}))
 

@@ -22,8 +22,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tfam.models.presets import get_preset
-from pipelines.callbacks import BestCheckpoint, PerplexityEvaluator, SafeBackupAndRestore, ThroughputMonitor
-from pipelines.data.lm_stream import lm_dataset, tokenize_lines
+from pipelines.callbacks import BestCheckpoint, ModelScalars, PerplexityEvaluator, SafeBackupAndRestore, ThroughputMonitor
+from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset, tokenize_lines
 from pipelines.data.tokenizers import load_tokenizer, train_tokenizer
 from pipelines.data.wikitext import count_words, split_lines
 from pipelines.export import export_model
@@ -173,6 +173,12 @@ def _initial_epoch(backup_dir):
         return int(json.load(f)["epoch"])
 
 
+def stateful_stream(config):
+    """Whether the config's model reads a stateful stream (its class says so: `stateful_stream`)."""
+    model_class, _ = get_preset(config.model)
+    return bool(getattr(model_class, "stateful_stream", False))
+
+
 def protocol_label(config):
     if config.train_split == "train":
         return f"WikiText-2 {config.eval_split} split"
@@ -211,15 +217,31 @@ def train(config):
     backup_dir = os.path.join(run_dir, "backup")
     initial_epoch = _initial_epoch(backup_dir)
     # Resume the data stream where the backup left it.
-    train_data = lm_dataset(
-        train_tokens, config.sequence_length, global_batch, tokenizer.eos_id,
-        shuffle=True, seed=config.seed, drop_remainder=True, repeat=True,
-    ).skip(initial_epoch * steps_per_epoch)
-    eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
+    if stateful_stream(config):
+        # Consecutive batches continue each other's rows (the model carries a
+        # memory across them, restored with the backup): not shuffled.
+        if replicas > 1:
+            raise ValueError(
+                f"{config.model!r} trains on a stateful stream, on one device only. Received: {replicas} replicas"
+            )
+        train_data = stateful_lm_dataset(
+            train_tokens, config.sequence_length, global_batch, tokenizer.eos_id, repeat=True
+        ).skip(initial_epoch * steps_per_epoch)
+        eval_data = stateful_lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
+    else:
+        train_data = lm_dataset(
+            train_tokens, config.sequence_length, global_batch, tokenizer.eos_id,
+            shuffle=True, seed=config.seed, drop_remainder=True, repeat=True,
+        ).skip(initial_epoch * steps_per_epoch)
+        eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
     jit = choose_jit(config.jit, strategy)
 
     with strategy.scope():
         model = build_model(config, tokenizer.vocabulary_size)
+        if stateful_stream(config):
+            # The stream's memory has a row per batch row: built now, so that a
+            # backup (weights and memory) can be restored into it.
+            model.build((global_batch, config.sequence_length))
         model.compile(
             optimizer=build_optimizer(config),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -258,6 +280,8 @@ def train(config):
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(log_dir, update_freq="epoch", write_graph=False, profile_batch=profile),
     ]
+    if hasattr(model, "summary_scalars"):
+        callbacks.append(ModelScalars(log_dir))
     history = model.fit(
         train_data,
         epochs=epochs,

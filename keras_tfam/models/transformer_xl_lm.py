@@ -221,17 +221,23 @@ class TransformerXLLM(GenerationMixin, keras.Model):
         self.activation = activation
         self.dropout = dropout
         self.use_bias = use_bias
+        # Every layer's weights now, whatever the batch (the generator compiles
+        # with the weights of the moment); `build` adds the stream's memory.
+        self._build_layers((None, None))
 
     # ------------------------------------------------------------------ building
 
-    def build(self, token_ids_shape):
-        batch = token_ids_shape[0]
-        hidden_shape = (batch, token_ids_shape[1], self.hidden_dim)
+    def _build_layers(self, token_ids_shape):
+        hidden_shape = (token_ids_shape[0], token_ids_shape[1], self.hidden_dim)
         for layer, shape in [(self.token_embedding, token_ids_shape), (self.final_norm, hidden_shape)] + [
             (layer, hidden_shape) for pair in zip(self.transformer_blocks, self.memories) for layer in pair
         ]:
             if not layer.built:
                 layer.build(shape)
+
+    def build(self, token_ids_shape):
+        batch = token_ids_shape[0]
+        self._build_layers(token_ids_shape)
         if batch is not None and self.has_memory:
             # The memory of the stateful stream, for the batch size of the stream.
             self.memory_variables = []
@@ -359,6 +365,33 @@ class TransformerXLLM(GenerationMixin, keras.Model):
         if self.max_span is None:
             return None
         return ops.stack([block.self_attention_layer.position.schemes[1].spans() for block in self.transformer_blocks])
+
+    def summary_scalars(self):
+        """What to plot while training: `{name: float}`.
+
+        `memory/length` and `memory/compressed_length` (the configuration),
+        `memory/filled`, `memory/compressed_filled` (slots of the stream's
+        memory holding states, mean over rows), `memory/reach` (tokens
+        back the memory covers: filled + compressed filled x rate), and with
+        adaptive spans `span/layer_{i}/head_{h}` (tokens).
+        """
+        scalars = {"memory/length": float(self.memory_length)}
+        if self.compressed_memory_length:
+            scalars["memory/compressed_length"] = float(self.compressed_memory_length)
+        if self.memory_variables:
+            first = self.memory_variables[0]
+            filled = float(ops.mean(ops.sum(ops.cast(first["memory_mask"].value, "float32"), axis=1)))
+            scalars["memory/filled"], scalars["memory/reach"] = filled, filled
+            if "compressed_mask" in first:
+                held = float(ops.mean(ops.sum(ops.cast(first["compressed_mask"].value, "float32"), axis=1)))
+                scalars["memory/compressed_filled"] = held
+                scalars["memory/reach"] = filled + held * self.compression_rate
+        spans = self.spans()
+        if spans is not None:
+            for layer, heads in enumerate(ops.convert_to_numpy(spans)):
+                for head, span in enumerate(heads):
+                    scalars[f"span/layer_{layer}/head_{head}"] = float(span)
+        return scalars
 
     # ------------------------------------------------------------------ construction
 

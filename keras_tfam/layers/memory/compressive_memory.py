@@ -15,8 +15,10 @@ def _non_negative_int(name, value):
 
 
 def _last(x, length):
-    """The last `length` rows of `(B, L, ...)` along axis 1."""
-    return x[:, ops.shape(x)[1] - length :]
+    """The last `length` (static) rows of `(B, L, ...)` along axis 1, the static shape kept."""
+    shape = ops.shape(x)
+    start = [0, shape[1] - length] + [0] * (len(x.shape) - 2)
+    return ops.slice(x, start, [shape[0], length] + [shape[i] for i in range(2, len(x.shape))])
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -169,9 +171,8 @@ class CompressiveMemory(keras.layers.Layer):
                 expected["pending"] = self.compression_rate - 1
         for name, length in expected.items():
             shape = tuple(state[name].shape)
-            if len(shape) != 3 or shape[1:] != (length, width) or (
-                batch_size is not None and shape[0] is not None and shape[0] != batch_size
-            ):
+            expected = (batch_size, length, width)
+            if len(shape) != 3 or any(a is not None and b is not None and a != b for a, b in zip(shape, expected)):
                 raise ValueError(
                     f"The memory's `{name}` must have shape (batch={batch_size}, {length}, width={width}). "
                     f"Received: {name}.shape={shape}"
@@ -226,8 +227,8 @@ class CompressiveMemory(keras.layers.Layer):
             appended = (waiting + steps) // rate
             completed = ops.arange(count, dtype="int32")[None, :] < appended[:, None]
             members = ops.logical_and(members, completed[:, :, None])
-            new_state["pending"] = stream[:, steps:]
-            new_state["pending_mask"] = stream_mask[:, steps:]
+            new_state["pending"] = _last(stream, rate - 1)
+            new_state["pending_mask"] = _last(stream_mask, rate - 1)
         compressed = self._compress_groups(groups)
         group_mask = ops.any(members, axis=-1)
         # The compressed memory keeps its last Cm slots after the groups completed now.

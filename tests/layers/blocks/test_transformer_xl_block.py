@@ -47,7 +47,7 @@ def test_gtrxl_block_starts_near_the_identity():
 
     residual, gated, closed = deviation(), deviation(residual="gru"), deviation(residual="gru", gate_bias=10.0)
     # The paper's gate bias of 2 passes ~1 - sigmoid(-2) = 88% of the stream through each gate.
-    assert gated < 0.35 < residual
+    assert gated < 0.5 * residual
     assert closed < 1e-3
 
 
