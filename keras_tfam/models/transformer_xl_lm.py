@@ -285,31 +285,34 @@ class TransformerXLLM(GenerationMixin, keras.Model):
                 memory.check_state(state, batch_size, self.hidden_dim)
 
     def _forward(self, token_ids, memory, training=None, window=None):
-        """`(logits (B, T, V) float32, next memory)` for a segment after `memory`."""
+        """`(logits (B, T, V) float32, next memory)` for a segment after `memory` (`None`: no memory)."""
+        hidden, memory = self._hidden_states(token_ids, memory, training, window)
+        return self.logits(hidden), memory
+
+    def _hidden_states(self, token_ids, memory, training=None, window=None):
         x = self.embeddings_dropout(self.token_embedding(token_ids), training=training)
+        if memory is None or not self.has_memory:
+            for block in self.transformer_blocks:
+                x = block(x, window=window, training=training)
+            return self.final_norm(x), memory
         states, losses = [], []
         for block, layer_memory, state in zip(self.transformer_blocks, self.memories, memory):
-            attended, attended_mask = (None, None) if not self.has_memory else layer_memory.attended(state)
+            attended, attended_mask = layer_memory.attended(state)
             output = block(x, memory=attended, memory_mask=attended_mask, window=window, training=training)
-            if self.has_memory:
-                state, evicted = layer_memory.update(state, ops.stop_gradient(x))
-                if evicted is not None and training and self.reconstruction_weight:
-                    norm = block.self_attention_norm if block.norm_position == "pre" else None
-                    queries = x if norm is None else norm(x)
-                    losses.append(
-                        layer_memory.reconstruction_loss(block.self_attention_layer, queries, evicted, norm)
-                    )
-                state = {name: ops.stop_gradient(value) for name, value in state.items()}
-            states.append(state)
+            state, evicted = layer_memory.update(state, ops.stop_gradient(x))
+            if evicted is not None and training and self.reconstruction_weight:
+                norm = block.self_attention_norm if block.norm_position == "pre" else None
+                queries = x if norm is None else norm(x)
+                losses.append(layer_memory.reconstruction_loss(block.self_attention_layer, queries, evicted, norm))
+            states.append({name: ops.stop_gradient(value) for name, value in state.items()})
             x = output
         if losses:
             self.add_loss(self.reconstruction_weight * sum(losses))
-        logits = self.token_embedding(self.final_norm(x), reverse=True)
-        return logits, tuple(states)
+        return self.final_norm(x), tuple(states)
 
     def call(self, token_ids, training=None):
         if not training or not self.has_memory:
-            return self._forward(token_ids, self._empty_memory(ops.shape(token_ids)[0]), training)[0]
+            return self._forward(token_ids, None, training)[0]
         if self.memory_variables is None:
             raise ValueError(
                 "TransformerXLLM trains on a stateful stream: build it with the stream's batch size first "
@@ -357,6 +360,19 @@ class TransformerXLLM(GenerationMixin, keras.Model):
         """
         self._check_memory(cache, token_ids.shape[0])
         return self._forward(token_ids, cache, training=False, window=window)
+
+    def hidden_states(self, token_ids, cache=None, window=None):
+        """`call_with_cache` without the output head: `(final hidden states (B, T, D), next memory)`.
+
+        With `cache=None`, one segment without memory (and `None` back).
+        """
+        if cache is not None:
+            self._check_memory(cache, token_ids.shape[0])
+        return self._hidden_states(token_ids, cache, training=False, window=window)
+
+    def logits(self, hidden):
+        """Float32 vocabulary logits of final hidden states, through the tied embedding."""
+        return self.token_embedding(hidden, reverse=True)
 
     # ------------------------------------------------------------------ monitoring
 

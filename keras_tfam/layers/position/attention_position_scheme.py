@@ -170,6 +170,17 @@ class HeadsPositionScheme(AttentionPositionScheme):
         `(B, T, N, Hv)`.
     """
 
+    def _heads_key_dim(self, query_shape):
+        """`self.key_dim`, else the size of the query heads `(B, T, N, H)` being built for (stored)."""
+        key_dim = getattr(self, "key_dim", None) or (None if query_shape is None else query_shape[-1])
+        if key_dim is None:
+            raise ValueError(
+                f"{type(self).__name__} needs `key_dim`, or to be built with the shape of the query heads "
+                f"(batch, seq, heads, key_dim). Received: query_shape={query_shape}"
+            )
+        self.key_dim = key_dim
+        return key_dim
+
     def call(self, query, key, value, attention_mask=None, query_offset=0, key_offset=0):
         query_positions = positions(ops.shape(query)[1], query_offset)
         key_positions = positions(ops.shape(key)[1], key_offset)

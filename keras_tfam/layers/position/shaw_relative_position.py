@@ -76,13 +76,7 @@ class ShawRelativePosition(HeadsPositionScheme):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
     def build(self, query_shape=None):
-        key_dim = self.key_dim or (None if query_shape is None else query_shape[-1])
-        if key_dim is None:
-            raise ValueError(
-                "ShawRelativePosition needs `key_dim`, or to be built with the shape of the query heads "
-                f"(batch, seq, heads, key_dim). Received: query_shape={query_shape}"
-            )
-        self.key_dim = key_dim
+        key_dim = self._heads_key_dim(query_shape)
         self.value_dim = self.value_dim or key_dim
         size = 2 * self.max_distance + 1
         self.key_embeddings = self.add_weight(

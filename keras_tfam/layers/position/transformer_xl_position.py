@@ -108,13 +108,7 @@ class TransformerXLPosition(HeadsPositionScheme):
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, query_shape=None):
-        key_dim = self.key_dim or (None if query_shape is None else query_shape[-1])
-        if key_dim is None:
-            raise ValueError(
-                "TransformerXLPosition needs `key_dim`, or to be built with the shape of the query heads "
-                f"(batch, seq, heads, key_dim). Received: query_shape={query_shape}"
-            )
-        self.key_dim = key_dim
+        key_dim = self._heads_key_dim(query_shape)
         width = self.num_heads * key_dim
         self.encoding_dim = self.encoding_dim or width + width % 2
         self.content_bias = self.add_weight(

@@ -91,22 +91,6 @@ def test_zero_tables_equal_vanilla_attention(use_value_term):
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("window", [None, 4])
-def test_cached_decoding_equals_the_full_pass(window):
-    # Token by token over a KV cache (a ring of `window` slots when windowed): the
-    # scheme sees the slots' positions, so the distances (and clipping) are the full pass's.
-    x = rng.normal(size=(2, 9, 8)).astype("float32")
-    layer = _shaw_mha(max_distance=2)
-    full = np.asarray(layer(x, use_causal_mask=True, window=window))
-    cache = layer.init_cache(2, 9, window=window)
-    out, cache = layer(x[:, :3], cache=cache, cache_update_index=0, use_causal_mask=True, window=window)
-    steps = [np.asarray(out)]
-    for t in range(3, 9):
-        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True, window=window)
-        steps.append(np.asarray(out))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
-
-
 def test_bad_arguments():
     with pytest.raises(ValueError, match="Received: max_distance=0"):
         ShawRelativePosition(max_distance=0)

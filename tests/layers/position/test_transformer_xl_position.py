@@ -124,20 +124,6 @@ def test_attention_over_memory_weights_are_the_softmax_of_the_four_terms():
     np.testing.assert_allclose(weights, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("window", [None, 5])
-def test_cached_decoding_equals_the_full_pass(window):
-    x = rng.normal(size=(2, 9, 8)).astype("float32")
-    layer = MultiHeadAttention(2, 4, position=TransformerXLPosition(2, bias_initializer="random_normal"))
-    full = np.asarray(layer(x, use_causal_mask=True, window=window))
-    cache = layer.init_cache(2, 9, window=window)
-    out, cache = layer(x[:, :3], cache=cache, cache_update_index=0, use_causal_mask=True, window=window)
-    steps = [np.asarray(out)]
-    for t in range(3, 9):
-        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True, window=window)
-        steps.append(np.asarray(out))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
-
-
 def test_bad_arguments():
     with pytest.raises(ValueError, match="Received: num_heads=0"):
         TransformerXLPosition(0)
