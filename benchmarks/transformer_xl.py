@@ -1,15 +1,16 @@
 """Mini protocol: Transformer-XL with memory vs the same model without, and evaluation speed.
 
-    python benchmarks/transformer_xl.py [--minutes 4 --segment 64 --memory 128 --window-tokens 1024]
+    python benchmarks/transformer_xl.py [--minutes 10 --segment 32 --memory 64 --window-tokens 1024]
 
 "Mini" protocol (not WikiText-2 test perplexity): word-level vocabulary and
 training on the WikiText-2 validation split, evaluation on the test split.
 Both models are `transformer_xl_tiny` (4 layers, width 256, 4 heads, dropout
 0.1) trained on the same stateful stream (16 rows, segments of `--segment`
 tokens) for the same wall-clock budget, float32, AdamW, XLA; one keeps a
-memory of `--memory` states per layer, the other none. Each is evaluated on
-the whole test split read the way it was trained: segment by segment, with
-its memory (none for the second).
+memory of `--memory` states per layer, the other none (faster per step, it
+is also evaluated at the step count the first reached). Each is evaluated
+on the whole test split read the way it was trained: segment by segment,
+with its memory (none for the second).
 
 Evaluation speed, same model, same attention length `A = memory + segment`:
 with memory (segments of `--segment` after the memory, each token computed
@@ -42,24 +43,29 @@ BATCH = 16
 
 
 class Budget(keras.callbacks.Callback):
-    """Stops training after `seconds` of steps (the first, compiling step excluded)."""
+    """Stops training after `seconds` of steps (the first, compiling step excluded); keeps the weights
+    after step `snapshot_at`, if it comes."""
 
-    def __init__(self, seconds):
+    def __init__(self, seconds, snapshot_at=None):
         super().__init__()
         self.seconds = seconds
+        self.snapshot_at = snapshot_at
+        self.snapshot = None
 
     def on_train_begin(self, logs=None):
         self.start, self.steps = None, 0
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps += 1
+        if self.steps == self.snapshot_at:
+            self.snapshot = self.model.get_weights()
         if self.start is None:
             self.start = time.perf_counter()
         elif time.perf_counter() - self.start > self.seconds:
             self.model.stop_training = True
 
 
-def train(vocabulary, tokens, eos, memory, segment, seconds):
+def train(vocabulary, tokens, eos, memory, segment, seconds, snapshot_at=None):
     keras.utils.set_random_seed(0)
     model = TransformerXLLM.from_preset("transformer_xl_tiny", vocabulary_size=vocabulary, memory_length=memory,
                                         context_length=segment)
@@ -67,10 +73,10 @@ def train(vocabulary, tokens, eos, memory, segment, seconds):
     schedule = keras.optimizers.schedules.CosineDecay(0.0, 2000, warmup_target=1e-3, warmup_steps=100, alpha=0.1)
     optimizer = keras.optimizers.AdamW(schedule, weight_decay=0.1, global_clipnorm=1.0)
     model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
-    budget = Budget(seconds)
+    budget = Budget(seconds, snapshot_at)
     data = stateful_lm_dataset(tokens, segment, BATCH, eos, repeat=True)
     model.fit(data, steps_per_epoch=1_000_000, epochs=1, callbacks=[budget], verbose=0)
-    return model, budget.steps
+    return model, budget.steps, budget.snapshot
 
 
 def evaluate_with_memory(model, tokens, eos, segment):
@@ -113,9 +119,9 @@ def evaluate_sliding_window(model, tokens, eos, length, batch=64):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "wikitext-2"))
-    parser.add_argument("--minutes", type=float, default=4.0, help="training budget of each model")
-    parser.add_argument("--segment", type=int, default=64)
-    parser.add_argument("--memory", type=int, default=128)
+    parser.add_argument("--minutes", type=float, default=10.0, help="training budget of each model")
+    parser.add_argument("--segment", type=int, default=32)
+    parser.add_argument("--memory", type=int, default=64)
     parser.add_argument("--window-tokens", type=int, default=1024)
     args = parser.parse_args()
     train_lines = read_lines(find_split(args.data_dir, "valid"))
@@ -131,21 +137,30 @@ def main():
         f"{words} words); transformer_xl_tiny, segments of {args.segment}, batch {BATCH}, "
         f"{args.minutes} min of training each"
     )
-    models, results = {}, {}
-    for memory in (args.memory, 0):
-        model, steps = train(vocabulary, train_tokens, eos, memory, args.segment, args.minutes * 60)
-        nll, count, seconds = results[memory] = evaluate_with_memory(model, test_tokens, eos, args.segment)
-        models[memory] = model
+    def report(label, steps, result):
+        nll, count, seconds = result
         print(
-            f"memory {memory:4}: {steps:5} steps ({steps * BATCH * args.segment} training tokens)  test loss "
+            f"{label}: {steps:5} steps ({steps * BATCH * args.segment} training tokens)  test loss "
             f"{nll / count:.4f} nats/token  word perplexity {math.exp(nll / words):8.2f}  "
             f"(evaluated with memory: {count / seconds:8.0f} tokens/s)"
         )
 
-    model = models[args.memory]
+    # The same wall-clock budget for both; the model without memory (faster per
+    # step) is also evaluated at the step count the model with memory reached.
+    model, steps, _ = train(vocabulary, train_tokens, eos, args.memory, args.segment, args.minutes * 60)
+    nll_memory, count_memory, seconds_memory = evaluate_with_memory(model, test_tokens, eos, args.segment)
+    report(f"memory {args.memory:4}, {args.minutes} min", steps, (nll_memory, count_memory, seconds_memory))
+    reference, reference_steps, snapshot = train(
+        vocabulary, train_tokens, eos, 0, args.segment, args.minutes * 60, snapshot_at=steps
+    )
+    report(f"memory    0, {args.minutes} min", reference_steps,
+           evaluate_with_memory(reference, test_tokens, eos, args.segment))
+    if snapshot is not None:
+        reference.set_weights(snapshot)
+        report("memory    0, equal steps", steps, evaluate_with_memory(reference, test_tokens, eos, args.segment))
+
     length = args.memory + args.segment
     subset = test_tokens[: args.window_tokens]
-    nll_memory, count_memory, seconds_memory = results[args.memory]
     nll_window, count_window, seconds_window = evaluate_sliding_window(model, subset, eos, length)
     rate_memory, rate_window = count_memory / seconds_memory, count_window / seconds_window
     print(

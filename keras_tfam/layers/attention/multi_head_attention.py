@@ -53,8 +53,11 @@ class MultiHeadAttention(keras.layers.Layer):
     `num_key_value_heads` key/value heads; with fewer key/value heads the
     query heads share them in groups (grouped-query attention, Ainslie et
     al. 2023; multi-query attention, Shazeer 2019, when there is one). A
-    position scheme plugs in: rotary rotates queries and keys at their
-    absolute positions, ALiBi and relative buckets add a bias to the scores.
+    position scheme plugs in through its hooks (`AttentionPositionScheme`):
+    rotary rotates queries and keys at their absolute positions, ALiBi and
+    relative buckets add a bias to the scores, Shaw et al.'s and
+    Transformer-XL's relative positions add terms that read the queries and
+    keys (Shaw's also the values), adaptive spans reweight the attention.
 
     For decoding, a static-size KV cache `(B, 2, slots, K, H)` holds the
     keys (index 0) and values (index 1) of every position; the keys and
@@ -96,7 +99,9 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: whether the projections have biases.
         dropout: dropout rate on the attention weights.
         position: an `AttentionPositionScheme` (`RotaryEmbedding`,
-            `ALiBiBias`, `RelativePositionBias`) or `None`.
+            `ALiBiBias`, `RelativePositionBias`, `ShawRelativePosition`,
+            `TransformerXLPosition`, `AdaptiveSpan`, `ComposedPosition`) or
+            `None`.
         scale: score multiplier; defaults to `1 / sqrt(key_dim)`.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.

@@ -37,3 +37,16 @@ def test_token_by_token_decoding_equals_the_full_pass(scheme, window):
         out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True, window=window)
         steps.append(np.asarray(out))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["shaw", "transformer_xl"])
+def test_gpt2_with_the_scheme_generates_its_greedy_continuation(position):
+    from keras_tfam.models import GPT2LM
+
+    model = GPT2LM(vocabulary_size=31, num_layers=2, num_heads=2, hidden_dim=16, position=position)
+    prompt = [3, 1, 4, 1, 5]
+    generated = model.generate([prompt], max_new_tokens=6, jit_compile=False)[0]
+    tokens = list(prompt)
+    for _ in range(6):
+        tokens.append(int(np.argmax(np.asarray(model(np.array([tokens], "int32")))[0, -1])))
+    assert list(generated) == tokens
