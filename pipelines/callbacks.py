@@ -341,3 +341,22 @@ class FaultPoints(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         fault_point("step")
+
+
+class ModelScalars(keras.callbacks.Callback):
+    """What a model reports of itself (`model.summary_scalars()`: name -> float) into TensorBoard (`train`).
+
+    Transformer-XL reports its memory (length, slots filled) and learned
+    attention spans per layer and head.
+    """
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self.writer = tf.summary.create_file_writer(f"{log_dir}/train")
+
+    def on_epoch_end(self, epoch, logs=None):
+        scalars = self.model.summary_scalars()
+        with self.writer.as_default(step=int(self.model.optimizer.iterations.numpy())):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+        self.writer.flush()

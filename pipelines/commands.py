@@ -55,7 +55,7 @@ def load_run(run_dir, checkpoint="best"):
 
 
 def _eval(args):
-    from pipelines.data.lm_stream import lm_dataset, tokenize_lines
+    from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset, tokenize_lines
     from pipelines.data.wikitext import is_named_split, split_lines
     from pipelines.evaluation import evaluate_perplexity, text_units
     from pipelines.training import check_sequence_length
@@ -74,7 +74,8 @@ def _eval(args):
         raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
     check_sequence_length(model, args.sequence_length)
     tokens = tokenize_lines(tokenizer, lines)
-    dataset = lm_dataset(tokens, args.sequence_length, args.batch_size, tokenizer.eos_id)
+    stream = stateful_lm_dataset if getattr(model, "stateful_stream", False) else lm_dataset  # XL: with memory
+    dataset = stream(tokens, args.sequence_length, args.batch_size, tokenizer.eos_id)
     result = evaluate_perplexity(model, dataset, **text_units(tokenizer.kind, lines))
     print(json.dumps({"split": args.split, **result}))
 

@@ -32,17 +32,54 @@ def text_units(tokenizer_kind, lines):
     return {"num_words": count_words(lines)}
 
 
+def _weighted_nll(targets, logits, weights):
+    nll = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
+    weights = tf.cast(weights, tf.float64)
+    return tf.reduce_sum(tf.cast(nll, tf.float64) * weights), tf.reduce_sum(weights)
+
+
+class StreamNLL:
+    """The NLL step over a stateful stream: each batch continues the rows of the previous one.
+
+    For models with `stateful_stream` (Transformer-XL): the memory goes from
+    batch to batch through `model.call_with_cache`, so every token is
+    predicted with the memory of the text before it. `reset()` starts a new
+    pass with an empty memory (`evaluate_perplexity` calls it). One device.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.memory = None
+
+        @tf.function
+        def step(inputs, targets, weights, memory):
+            logits, memory = model.call_with_cache(inputs, memory)
+            return (*_weighted_nll(targets, logits, weights), memory)
+
+        self._step = step
+
+    def reset(self):
+        self.memory = None
+
+    def __call__(self, inputs, targets, weights):
+        if self.memory is None:
+            self.memory = self.model.init_cache(int(inputs.shape[0]))
+        total, count, self.memory = self._step(inputs, targets, weights, self.memory)
+        return total, count
+
+
 def nll_function(model, strategy=None):
-    """A compiled `(inputs, targets, weights) -> (sum of NLL, sum of weights)` step."""
+    """A compiled `(inputs, targets, weights) -> (sum of NLL, sum of weights)` step.
+
+    A model with `stateful_stream` gets a `StreamNLL` (its memory carried
+    from batch to batch).
+    """
+    if getattr(model, "stateful_stream", False):
+        return StreamNLL(model)
     strategy = strategy or tf.distribute.get_strategy()
 
     def replica_step(inputs, targets, weights):
-        logits = model(inputs, training=False)
-        nll = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
-        weights = tf.cast(weights, nll.dtype)
-        return tf.reduce_sum(tf.cast(nll, tf.float64) * tf.cast(weights, tf.float64)), tf.reduce_sum(
-            tf.cast(weights, tf.float64)
-        )
+        return _weighted_nll(targets, model(inputs, training=False), weights)
 
     @tf.function
     def step(inputs, targets, weights):
@@ -60,7 +97,8 @@ def evaluate_perplexity(model, dataset, num_words=None, strategy=None, step=None
 
     Args:
         model: maps `(B, T)` ids to `(B, T, V)` logits.
-        dataset: `(inputs, targets, weights)` batches covering the split once.
+        dataset: `(inputs, targets, weights)` batches covering the split once
+            (a `stateful_lm_dataset` for a model with `stateful_stream`).
         num_words: words of the split, `<eos>` included (None: no word perplexity).
         num_characters: characters of the split, one newline per line
             included (None: no bits per character).
@@ -72,6 +110,8 @@ def evaluate_perplexity(model, dataset, num_words=None, strategy=None, step=None
     """
     strategy = strategy or tf.distribute.get_strategy()
     step = step or nll_function(model, strategy)
+    if hasattr(step, "reset"):  # a stateful stream starts with an empty memory
+        step.reset()
     total, count = 0.0, 0.0
     for inputs, targets, weights in strategy.experimental_distribute_dataset(dataset):
         batch_total, batch_count = step(inputs, targets, weights)

@@ -34,12 +34,13 @@ from pipelines.callbacks import (
     BestCheckpoint,
     FaultPoints,
     GlobalStepTensorBoard,
+    ModelScalars,
     PerplexityEvaluator,
     SafeBackupAndRestore,
     ThroughputMonitor,
 )
 from pipelines.checkpoints import load_checkpoint, save_checkpoint
-from pipelines.data.lm_stream import lm_dataset, tokenize_lines
+from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset, tokenize_lines
 from pipelines.data.tokenizers import load_tokenizer, train_tokenizer
 from pipelines.data.wikitext import is_named_split, split_lines
 from pipelines.errors import CorruptFileError, notice
@@ -283,6 +284,12 @@ def build_optimizer(config):
     return optimizer
 
 
+def stateful_stream(config):
+    """Whether the config's model reads a stateful stream (its class says so: `stateful_stream`)."""
+    model_class, _ = get_preset(config.model)
+    return bool(getattr(model_class, "stateful_stream", False))
+
+
 def protocol_label(config):
     if config.train_split == "train":
         return f"WikiText-2 {config.eval_split} split"
@@ -324,11 +331,20 @@ def _train_locked(config, strategy, run_dir):
     steps_per_epoch = math.gcd(config.backup_every, config.max_steps)
     epochs = config.max_steps // steps_per_epoch
     validation_every = max(1, config.eval_every // steps_per_epoch)
+    stateful = stateful_stream(config)
+    if stateful and replicas > 1:
+        raise ValueError(
+            f"{config.model!r} trains on a stateful stream, on one device only. Received: {replicas} replicas"
+        )
     jit = choose_jit(config.jit, strategy)
 
     # The model validates the architecture options: nothing is written before it is built.
     with strategy.scope():
         model = build_model(config, tokenizer.vocabulary_size)
+        if stateful:
+            # The stream's memory has a row per batch row: built now, so that a
+            # backup (weights and memory) can be restored into it.
+            model.build((global_batch, config.sequence_length))
         model.compile(
             optimizer=build_optimizer(config),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -345,11 +361,19 @@ def _train_locked(config, strategy, run_dir):
     restored = backup.restorable()
     initial_epoch = restored["epoch"] if restored else 0
     # Resume the data stream where the backup left it.
-    train_data = lm_dataset(
-        train_tokens, config.sequence_length, global_batch, tokenizer.eos_id,
-        shuffle=True, seed=config.seed, drop_remainder=True, repeat=True,
-    ).skip(initial_epoch * steps_per_epoch)
-    eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
+    if stateful:
+        # Consecutive batches continue each other's rows (the model carries a
+        # memory across them, restored with the backup): not shuffled.
+        train_data = stateful_lm_dataset(
+            train_tokens, config.sequence_length, global_batch, tokenizer.eos_id, repeat=True
+        ).skip(initial_epoch * steps_per_epoch)
+        eval_data = stateful_lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
+    else:
+        train_data = lm_dataset(
+            train_tokens, config.sequence_length, global_batch, tokenizer.eos_id,
+            shuffle=True, seed=config.seed, drop_remainder=True, repeat=True,
+        ).skip(initial_epoch * steps_per_epoch)
+        eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
 
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         patch_multi_worker_fit(model, strategy, next(iter(train_data.take(1))))
@@ -383,8 +407,10 @@ def _train_locked(config, strategy, run_dir):
         backup,
         keras.callbacks.TerminateOnNaN(),
         GlobalStepTensorBoard(log_dir, update_freq="epoch", write_graph=False, profile_batch=profile),
-        FaultPoints(),
     ]
+    if hasattr(model, "summary_scalars"):
+        callbacks.append(ModelScalars(log_dir))
+    callbacks.append(FaultPoints())  # last: see FaultPoints
     history = model.fit(
         train_data,
         epochs=epochs,

@@ -3,31 +3,41 @@
 from keras_tfam.layers.attention.linear_attention import LinearAttention
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
+from keras_tfam.layers.blocks.gru_gate import GRUGate
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
+from keras_tfam.layers.blocks.transformer_xl_block import TransformerXLBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
+from keras_tfam.layers.memory.compressive_memory import CompressiveMemory
 from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.normalization.rms_norm import RMSNorm
 from keras_tfam.layers.normalization.scale_norm import ScaleNorm
 from keras_tfam.layers.perceiver.cross_attention_block import CrossAttentionBlock
 from keras_tfam.layers.perceiver.perceiver_decoder import PerceiverDecoder
 from keras_tfam.layers.perceiver.perceiver_encoder import PerceiverEncoder
+from keras_tfam.layers.position.adaptive_span import AdaptiveSpan, span_mask
 from keras_tfam.layers.position.alibi_bias import ALiBiBias, alibi_slopes
 from keras_tfam.layers.set.isab import ISAB
 from keras_tfam.layers.set.mab import MAB
 from keras_tfam.layers.set.pma import PMA
 from keras_tfam.layers.set.sab import SAB
-from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
+from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme, HeadsPositionScheme
+from keras_tfam.layers.position.composed_position import ComposedPosition
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.relative_position_bias import (
     RelativePositionBias,
     relative_position_buckets,
 )
 from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
+from keras_tfam.layers.position.shaw_relative_position import ShawRelativePosition
 from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition, sinusoid_encoding
 
 __all__ = [
     "ALiBiBias",
+    "AdaptiveSpan",
+    "ComposedPosition",
+    "HeadsPositionScheme",
     "CrossAttentionBlock",
     "PerceiverDecoder",
     "PerceiverEncoder",
@@ -36,7 +46,9 @@ __all__ = [
     "PMA",
     "SAB",
     "AttentionPositionScheme",
+    "CompressiveMemory",
     "FeedForward",
+    "GRUGate",
     "LinearAttention",
     "MultiHeadAttention",
     "PositionEmbedding",
@@ -44,11 +56,16 @@ __all__ = [
     "RelativePositionBias",
     "RotaryEmbedding",
     "ScaleNorm",
+    "ShawRelativePosition",
     "SinusoidalPositionEncoding",
     "TiedEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
+    "TransformerXLBlock",
+    "TransformerXLPosition",
     "alibi_slopes",
     "get_norm",
     "relative_position_buckets",
+    "sinusoid_encoding",
+    "span_mask",
 ]

@@ -9,8 +9,11 @@ import math
 
 from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+from keras_tfam.models.transformer_xl_lm import TransformerXLLM
+from keras_tfam.models.transformer_xl_presets import TRANSFORMER_XL_PRESETS
 
 PRESETS = {name: (GPT2LM, arguments) for name, arguments in GPT2_PRESETS.items()}
+PRESETS.update({name: (TransformerXLLM, arguments) for name, arguments in TRANSFORMER_XL_PRESETS.items()})
 
 
 def get_preset(name):

@@ -16,6 +16,7 @@ from keras_tfam.ops.masks import (
     ring_positions,
     sliding_window_mask,
 )
+from keras_tfam.ops.relative_shift import relative_shift
 
 __all__ = [
     "apply_attention_weights",
@@ -28,6 +29,7 @@ __all__ = [
     "position_mask",
     "positions",
     "relative_distance",
+    "relative_shift",
     "ring_positions",
     "sliding_window_mask",
 ]

@@ -90,3 +90,40 @@ def context_windows(tokens, context_length, start_id):
     padded = np.concatenate([np.full(context_length, start_id, np.int32), tokens])
     index = np.arange(tokens.size)[:, None] + np.arange(context_length)[None, :]
     return padded[index], tokens
+
+
+def stateful_blocks(tokens, sequence_length, batch_size, start_id):
+    """`(inputs, targets, weights)` of shape `(steps, batch_size, sequence_length)`: a stateful stream.
+
+    The stream (read as preceded by `start_id`) is cut into `batch_size`
+    consecutive rows of `steps * sequence_length` targets, and batch `n`
+    holds positions `n L .. (n + 1) L - 1` of every row: row `b` of batch
+    `n + 1` continues row `b` of batch `n`, as a model with a memory of the
+    previous segment (Transformer-XL) reads it. Every token is a target
+    exactly once; the tail of the last row is padding of weight 0.
+    """
+    for name, value in (("sequence_length", sequence_length), ("batch_size", batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    tokens = np.asarray(tokens, np.int32)
+    steps = max(1, -(-tokens.size // (batch_size * sequence_length)))
+    padded = np.zeros(steps * batch_size * sequence_length, np.int32)
+    padded[: tokens.size] = tokens
+    inputs, targets, weights = make_blocks(padded, sequence_length, start_id)
+    weights.reshape(-1)[tokens.size :] = 0.0
+    # Blocks in stream order: row b holds blocks b * steps .. (b + 1) * steps - 1.
+    return tuple(a.reshape(batch_size, steps, sequence_length).swapaxes(0, 1) for a in (inputs, targets, weights))
+
+
+def stateful_lm_dataset(tokens, sequence_length, batch_size, start_id, repeat=False):
+    """A `tf.data` stream of `(inputs, targets, weights)` batches, each continuing the previous one per row.
+
+    For models with `stateful_stream` (see `stateful_blocks`): no shuffling
+    (the order is the point), every batch full, `.skip(n)` resumes exactly
+    where batch `n` left the text. With `repeat` the stream starts over
+    after its last batch (the memory then holds the end of the text once).
+    """
+    dataset = tf.data.Dataset.from_tensor_slices(stateful_blocks(tokens, sequence_length, batch_size, start_id))
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
-from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
 from keras_tfam.utils import check_positive_int, check_window, static_dim
 
 FEATURE_MAPS = ("elu", "exp")
@@ -147,11 +146,10 @@ class LinearAttention(MultiHeadAttention):
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}. Received: feature_map={feature_map!r}")
         check_positive_int("chunk_size", chunk_size)
-        if self.position is not None and (
-            type(self.position).attention_bias is not AttentionPositionScheme.attention_bias
-        ):
+        if self.position is not None and self.position.acts_on_scores:
             raise ValueError(
-                "LinearAttention cannot add a score bias (ALiBi, relative positions); use rotary or "
+                "LinearAttention cannot add a score bias or change attention weights (ALiBi, relative positions, "
+                "Shaw, Transformer-XL, adaptive span); use rotary or "
                 f"learned positions. Received: position={self.position!r}"
             )
         if self.dropout:

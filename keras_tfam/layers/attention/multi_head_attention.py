@@ -55,8 +55,11 @@ class MultiHeadAttention(keras.layers.Layer):
     `num_key_value_heads` key/value heads; with fewer key/value heads the
     query heads share them in groups (grouped-query attention, Ainslie et
     al. 2023; multi-query attention, Shazeer 2019, when there is one). A
-    position scheme plugs in: rotary rotates queries and keys at their
-    absolute positions, ALiBi and relative buckets add a bias to the scores.
+    position scheme plugs in through its hooks (`AttentionPositionScheme`):
+    rotary rotates queries and keys at their absolute positions, ALiBi and
+    relative buckets add a bias to the scores, Shaw et al.'s and
+    Transformer-XL's relative positions add terms that read the queries and
+    keys (Shaw's also the values), adaptive spans reweight the attention.
 
     For decoding, a static-size KV cache `(B, 2, slots, K, H)` holds the
     keys (index 0) and values (index 1) of every position; the keys and
@@ -86,6 +89,13 @@ class MultiHeadAttention(keras.layers.Layer):
     dense mask. A pattern with a bounded `lookback` makes every cache a
     ring of `lookback` slots, as a `window` does.
 
+    A `memory` (Transformer-XL's segment recurrence, Dai et al. 2019) holds
+    the states of the `M` positions before the queries: its keys and values
+    are prepended to the others, so every query may attend to it, and a
+    position scheme sees the distances across it (the memory takes
+    positions `0 .. M - 1`, the queries and their keys follow from `M`).
+    The caller stops its gradient.
+
     Causal self-attention over 128 positions or more (static lengths, no
     cache, no band) runs in 4 blocks of queries, each over the keys up to
     its last position: the score blocks above the diagonal, all masked,
@@ -104,7 +114,9 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: whether the projections have biases.
         dropout: dropout rate on the attention weights.
         position: an `AttentionPositionScheme` (`RotaryEmbedding`,
-            `ALiBiBias`, `RelativePositionBias`) or `None`.
+            `ALiBiBias`, `RelativePositionBias`, `ShawRelativePosition`,
+            `TransformerXLPosition`, `AdaptiveSpan`, `ComposedPosition`) or
+            `None`.
         scale: score multiplier; defaults to `1 / sqrt(key_dim)`.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
@@ -130,6 +142,10 @@ class MultiHeadAttention(keras.layers.Layer):
         window: attend to at most the `window` most recent positions (an
             int or scalar int tensor), or `None`; intersected with the
             `pattern`. With a cache, the cache is a ring buffer (see above).
+        memory: `(B, M, D)` states of the `M` positions before the queries
+            (a previous segment), or `None`; prepended to `key` and `value`.
+        memory_mask: boolean `(B, M)`, `True` = a memory slot holds a state
+            (default: all do).
         cache: `(B, 2, slots, K, H)` KV cache, or `None`.
         cache_update_index: the absolute position of the first new token (an
             int or scalar int tensor); its keys/values go to that slot (to
@@ -250,7 +266,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.dropout:
             self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         if self.position is not None and not self.position.built:
-            self.position.build(None)
+            self.position.build((None, None, self.num_heads, self.key_dim))
         self.built = True
 
     def _split_heads(self, x, num_heads):
@@ -305,17 +321,30 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
+        memory=None,
+        memory_mask=None,
     ):
         window = check_window(window)
         ring = self._ring_window(window)
         value, key, query_mask, key_padding_mask = self._resolve_inputs(
             query, value, key, query_mask, value_mask, key_mask, cache
         )
+        memory_length = 0
+        if memory is not None:
+            if cache is not None:
+                raise ValueError(
+                    "`memory` and `cache` cannot be combined: a decoding model keeps its memory's states in its "
+                    "cache, or passes them as `memory` without a KV cache."
+                )
+            value, key, key_padding_mask = self._prepend_memory(query, value, key, key_padding_mask, memory, memory_mask)
+            memory_length = ops.shape(memory)[1]
         query_heads = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
         if cache is not None:
             self._check_cache(cache)
         offset = 0 if cache_update_index is None else cache_update_index
-        query_positions = mask_ops.positions(ops.shape(query_heads)[1], offset)
+        # A memory takes the M positions from `offset`; the queries follow it.
+        query_offset = offset if memory is None else ops.add(offset, memory_length)
+        query_positions = mask_ops.positions(ops.shape(query_heads)[1], query_offset)
         if cache is not None and cache_update_index is None:
             key_heads, value_heads = cache[:, 0], cache[:, 1]  # precomputed source
             key_positions = mask_ops.positions(ops.shape(key_heads)[1])
@@ -323,7 +352,7 @@ class MultiHeadAttention(keras.layers.Layer):
             key_heads = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
             value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
             if self.position is not None:
-                query_heads, key_heads = self.position.rotate_query_key(query_heads, key_heads, offset, offset)
+                query_heads, key_heads = self.position.rotate_query_key(query_heads, key_heads, query_offset, offset)
             key_positions = mask_ops.positions(ops.shape(key_heads)[1], offset)
             if cache is not None:
                 cache, key_heads, value_heads, key_positions = self._update_cache(
@@ -334,7 +363,7 @@ class MultiHeadAttention(keras.layers.Layer):
             self.pattern.check_length(query_length)
 
         band = None
-        if cache is None and attention_mask is None and not return_attention_scores:
+        if cache is None and attention_mask is None and not return_attention_scores and self._position_fits_band():
             band = self._band(query_length, key_length, use_causal_mask, window)
         blocks = None
         if use_causal_mask and cache is None and not return_attention_scores and band is None:
@@ -398,6 +427,29 @@ class MultiHeadAttention(keras.layers.Layer):
         if return_attention_scores:
             return outputs, weights
         return outputs
+
+    def _prepend_memory(self, query, value, key, key_padding_mask, memory, memory_mask):
+        """`(value, key, key_padding_mask)` with the memory's states and mask in front."""
+        shape, width = tuple(memory.shape), (key.shape[-1], value.shape[-1])
+        if len(shape) != 3 or shape[-1] != width[0] or width[0] != width[1]:
+            raise ValueError(
+                f"`memory` must have shape (batch, memory_length, {width[0]}): the width of the keys and values "
+                f"it is prepended to. Received: memory.shape={shape}"
+            )
+        if shape[0] is not None and query.shape[0] is not None and shape[0] != query.shape[0]:
+            raise ValueError(
+                f"`memory` must have the batch size of the queries ({query.shape[0]}). Received: memory.shape={shape}"
+            )
+        memory = ops.cast(memory, key.dtype)
+        if memory_mask is not None or key_padding_mask is not None:
+            batch = ops.shape(memory)[0]
+            memory_mask = ops.ones((batch, ops.shape(memory)[1]), "bool") if memory_mask is None else memory_mask
+            keys_mask = ops.ones((batch, ops.shape(key)[1]), "bool") if key_padding_mask is None else key_padding_mask
+            key_padding_mask = ops.concatenate([ops.cast(memory_mask, "bool"), ops.cast(keys_mask, "bool")], axis=1)
+        same = value is key
+        key = ops.concatenate([memory, key], axis=1)
+        value = key if same else ops.concatenate([memory, value], axis=1)
+        return value, key, key_padding_mask
 
     def _update_cache(self, cache, key_heads, value_heads, index, window):
         """Writes the new keys/values into `cache`.
@@ -464,12 +516,17 @@ class MultiHeadAttention(keras.layers.Layer):
         """Position bias and merged masks for `(B, T, N, H)` queries, then attention."""
         bias = None
         if self.position is not None:
-            bias = self.position.attention_bias(query_positions, key_positions)
+            bias = self.position.score_bias(query, key, query_positions, key_positions, self.scale)
         position_rule = self._position_rule(query_positions, key_positions, causal, window)
         other = mask_ops.merge_masks(mask_ops.padding_to_attention_mask(query_mask, key_padding_mask), attention_mask)
         if other is not None and position_rule is not None and len(position_rule.shape) == 4:
             other = ops.expand_dims(other, 1)  # [B, 1, T, S] against a per-head rule
         mask = mask_ops.merge_masks(other, position_rule)
+        if self.position is not None and self.position.acts_on_weights:
+            dropout = self.dropout_layer if self.dropout else None
+            return self.position.attend(
+                query, key, value, query_positions, key_positions, mask, bias, self.scale, dropout, training
+            )
         return self._compute_attention(query, key, value, mask, bias, training, return_attention_scores)
 
     def _position_rule(self, query_positions, key_positions, causal, window):
@@ -498,6 +555,14 @@ class MultiHeadAttention(keras.layers.Layer):
             return lookback if window is None else window
         known = static_int(window)
         return min(known, lookback) if known is not None else ops.minimum(window, lookback)
+
+    def _position_fits_band(self):
+        """Whether the position scheme works per block of a band: rotations and position-only biases do;
+        terms from the query or key content and changes of the weights need whole score rows."""
+        position = self.position
+        return position is None or not position.acts_on_weights and (
+            type(position).score_terms is AttentionPositionScheme.score_terms
+        )
 
     def _band(self, query_length, key_length, causal, window):
         """`(lookback, lookahead)` of banded self-attention over `query_length` positions, or `None`.

@@ -8,11 +8,15 @@ model using one can decode with sliding-window (ring) caches.
 from keras_tfam.layers.position.alibi_bias import ALiBiBias
 from keras_tfam.layers.position.relative_position_bias import RelativePositionBias
 from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
+from keras_tfam.layers.position.shaw_relative_position import ShawRelativePosition
+from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition
 
 ATTENTION_POSITIONS = {
     "rotary": lambda num_heads: RotaryEmbedding(),
     "alibi": ALiBiBias,
     "relative": lambda num_heads: RelativePositionBias(num_heads, bidirectional=False),
+    "shaw": lambda num_heads: ShawRelativePosition(max_distance=16),
+    "transformer_xl": TransformerXLPosition,
 }
 
 
