@@ -7,7 +7,7 @@ from keras_tfam.layers.attention.feature_maps.elu_feature_map import EluFeatureM
 from keras_tfam.layers.attention.feature_maps.feature_map import FeatureMap
 from keras_tfam.layers.attention.feature_maps.random_feature_map import MAX_EXPONENT
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
-from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
+from keras_tfam.layers.position.attention_position_scheme import check_no_score_bias
 from keras_tfam.utils import check_positive_int, check_window
 
 # Feature maps by name; a `FeatureMap` object is accepted too.
@@ -220,13 +220,7 @@ class LinearAttention(MultiHeadAttention):
                 f"`feature_map` must be one of {FEATURE_MAPS} or a FeatureMap. Received: feature_map={feature_map!r}"
             )
         check_positive_int("chunk_size", chunk_size)
-        if self.position is not None and (
-            type(self.position).attention_bias is not AttentionPositionScheme.attention_bias
-        ):
-            raise ValueError(
-                "LinearAttention cannot add a score bias (ALiBi, relative positions); use rotary or "
-                f"learned positions. Received: position={self.position!r}"
-            )
+        check_no_score_bias("LinearAttention", self.position)
         if self.dropout:
             raise ValueError(
                 f"LinearAttention has no attention weights to drop out. Received: dropout={self.dropout}"

@@ -23,6 +23,11 @@ class AttentionPositionScheme(keras.layers.Layer):
     out of order. So cached decoding sees the same positions as a full pass.
     """
 
+    @property
+    def adds_score_bias(self):
+        """Whether the scheme adds a bias to the scores (it overrides `attention_bias`)."""
+        return type(self).attention_bias is not AttentionPositionScheme.attention_bias
+
     def rotate_query_key(self, query, key, query_offset=0, key_offset=0):
         """Returns `(query, key)` transformed; `(B, T, N, H)` / `(B, S, K, H)`."""
         return query, key
@@ -47,3 +52,12 @@ class AttentionPositionScheme(keras.layers.Layer):
 
     def compute_output_shape(self, attention_scores_shape):
         return attention_scores_shape
+
+
+def check_no_score_bias(owner, position):
+    """A `ValueError` for a scheme that biases scores given to attention that never forms them."""
+    if position is not None and position.adds_score_bias:
+        raise ValueError(
+            f"{owner} cannot add a score bias (ALiBi, relative positions); use rotary or learned positions. "
+            f"Received: position={position!r}"
+        )
