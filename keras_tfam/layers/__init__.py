@@ -15,6 +15,8 @@ from keras_tfam.layers.attention.performer_attention import PerformerAttention
 from keras_tfam.layers.attention.random_feature_attention import RandomFeatureAttention
 from keras_tfam.layers.attention.routing_attention import RoutingAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
+from keras_tfam.layers.blocks.reversible_block import ReversibleBlock
+from keras_tfam.layers.blocks.reversible_stack import ReversibleStack
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
@@ -60,6 +62,8 @@ __all__ = [
     "PositiveRandomFeatures",
     "RandomFeatureAttention",
     "RandomFeatureMap",
+    "ReversibleBlock",
+    "ReversibleStack",
     "RoutingAttention",
     "TrigonometricRandomFeatures",
     "PositionEmbedding",
