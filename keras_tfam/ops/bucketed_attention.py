@@ -91,7 +91,7 @@ def chunked_bucket_attention(
     """
     length = query.shape[2] or ops.shape(query)[2]
     rounds = query_buckets.shape[2]
-    chunk_length = min(chunk_length, length) if isinstance(length, int) else chunk_length
+    chunk_length = min(chunk_length, length) if isinstance(length, int) else ops.minimum(chunk_length, length)
     chunks = length // chunk_length
     look_back = not isinstance(chunks, int) or chunks > 1
     scale = query.shape[-1] ** -0.5 if scale is None else scale
@@ -130,8 +130,13 @@ def chunked_bucket_attention(
         scores = scores - ops.log(_round_counts(query_buckets, key_buckets, query_slots, key_slots, query_order,
                                                 key_order, chunk_length, chunks, look_back))
     scores = ops.where(allowed, scores, _MASKED_SCORE)
-    log_sums = ops.logsumexp(scores, axis=-1)  # (B, N, R, C, L)
-    weights = ops.exp(scores - log_sums[..., None])
+    # A softmax by hand (rank 6), normalised by the sum rather than through
+    # exp(scores - log-sum-exp), which float32 cannot hold exactly near SELF_SCORE.
+    highest = ops.max(scores, axis=-1, keepdims=True)
+    exponentials = ops.exp(scores - highest)
+    sums = ops.sum(exponentials, axis=-1)
+    weights = exponentials / sums[..., None]
+    log_sums = highest[..., 0] + ops.log(sums)  # (B, N, R, C, L)
     if dropout is not None:
         weights = dropout(weights)
     outputs = ops.einsum("bnrcqk,bnrckv->bnrcqv", weights, v)

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 from reference import softmax
@@ -67,3 +68,19 @@ def test_separate_query_and_key_buckets_padding_and_unseen_queries():
     scores = np.where(allowed, q[0, 0] @ k[0, 0].T / 2.0, -np.inf)
     expected = np.where(allowed.any(-1, keepdims=True), softmax(np.where(allowed.any(-1, keepdims=True), scores, 0.0)) @ v[0, 0], 0.0)
     np.testing.assert_allclose(out[0, 0], expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="a graph of unknown lengths (SavedModel export)")
+@pytest.mark.parametrize("length", [5, 16])  # shorter than one chunk; two chunks
+def test_unknown_length_in_a_graph_equals_the_static_form(length):
+    import tensorflow as tf
+
+    q, v = rng.normal(size=(2, 1, 2, length, 4)).astype("float32")
+    buckets = rng.integers(0, 3, size=(1, 2, 2, length)).astype("int32")
+
+    def attend(q, v, buckets):
+        return chunked_bucket_attention(q, q, v, buckets, buckets, 8, causal=True, exclude_self=True, deduplicate=True)
+
+    graph = tf.function(attend, input_signature=[tf.TensorSpec((None, None, None, 4)), tf.TensorSpec((None, None, None, 4)),
+                                                 tf.TensorSpec((None, None, 2, None), tf.int32)])
+    np.testing.assert_allclose(graph(q, v, buckets), attend(q, v, buckets), rtol=1e-5, atol=1e-6)

@@ -169,7 +169,8 @@ class LinearAttention(MultiHeadAttention):
     feature_maps`): `PositiveRandomFeatures` (Performer's FAVOR+) and
     `TrigonometricRandomFeatures` (RFA) estimate the softmax kernel, and
     inherit the causal parallel form, the recurrent cache and the windowed
-    form; `PerformerAttention` and `RandomFeatureAttention` build them.
+    form; `PerformerAttention` and `RandomFeatureAttention` build them. The
+    layer holds its map as `phi` (`None` for `"exp"`).
 
     Causal attention is computed in parallel for training (chunked prefix
     sums, memory linear in the sequence) and as a recurrence for decoding:
@@ -229,17 +230,17 @@ class LinearAttention(MultiHeadAttention):
         self.chunk_size = chunk_size
         self.epsilon = epsilon
         # The kernel's feature map; None for Shen et al.'s "exp", normalised differently.
-        self.features = {"elu": EluFeatureMap(name="features"), "exp": None}.get(feature_map, feature_map)
+        self.phi = {"elu": EluFeatureMap(name="phi"), "exp": None}.get(feature_map, feature_map)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
-        if self.features is not None and not self.features.built:
-            self.features.build((None, None, self.num_heads, self.key_dim))
+        if self.phi is not None and not self.phi.built:
+            self.phi.build((None, None, self.num_heads, self.key_dim))
 
     @property
     def feature_dim(self):
         """Features per head `M`: the first axis of each head's state."""
-        return self.key_dim if self.features is None else self.features.output_dim(self.key_dim)
+        return self.key_dim if self.phi is None else self.phi.output_dim(self.key_dim)
 
     def _gate_logits(self, key):
         """`(B, S, N)` logits of the gates of a gated recurrence, or `None` (no gates).
@@ -297,8 +298,8 @@ class LinearAttention(MultiHeadAttention):
                 "LinearAttention supports padding masks, `use_causal_mask` and `window` only; it has no "
                 "attention_mask and no attention scores."
             )
-        if self.features is not None:
-            self.features.advance(training)
+        if self.phi is not None:
+            self.phi.advance(training)
         if check_window(window) is not None:
             # The windowed form: MultiHeadAttention's masks and ring cache,
             # with the kernel of `_compute_attention` below.
@@ -363,27 +364,27 @@ class LinearAttention(MultiHeadAttention):
         batch, length = ops.shape(q)[0], ops.shape(q)[1]
         mask = ops.broadcast_to(mask, (batch, self.num_heads, length, ops.shape(k)[1]))  # [B, N, T, S]
         q_features, k_features = self._features(q, k)
-        if self.features is None:
+        if self.phi is None:
             # Shen et al., causally: each key feature's softmax runs over the
             # keys the query sees.
             totals = ops.einsum("bnts,bsnh->btnh", mask, k_features)
             q_features = q_features / (totals + self.epsilon)
         scores = ops.einsum("btnh,bsnh->bnts", q_features, k_features) * mask
         outputs = ops.einsum("bnts,bsnv->btnv", scores, v)
-        if self.features is not None:
+        if self.phi is not None:
             normaliser = ops.transpose(ops.sum(scores, axis=-1), (0, 2, 1))[..., None]  # [B, T, N, 1]
             outputs = outputs / (normaliser + self.epsilon)
         return ops.cast(outputs, value.dtype), None
 
     def _features(self, q, k):
         """`(phi(q), phi(k))`; for "exp", `softmax_feat(q)` and `exp(k)` (clipped)."""
-        if self.features is None:
+        if self.phi is None:
             return ops.softmax(q, axis=-1), ops.exp(ops.minimum(k, MAX_EXPONENT))
-        return self.features(q, query=True), self.features(k)
+        return self.phi(q, query=True), self.phi(k)
 
     def _linear_attention(self, q, k, v, keep, causal, state, gate_logits=None):
         """float32 `(B, T, N, Hv)` outputs and the state `(B, N, M, Hv + 1)` (or None)."""
-        if self.features is None and not causal:
+        if self.phi is None and not causal:
             # Shen et al.: softmax over the sequence for each key feature.
             scores = k if keep is None else ops.where(keep > 0, k, -1e9)
             k_features = ops.softmax(scores, axis=1)
@@ -410,7 +411,7 @@ class LinearAttention(MultiHeadAttention):
             numerator = ops.transpose(numerator, (0, 2, 1, 3))
             return numerator[..., :-1] / (numerator[..., -1:] + self.epsilon), None
 
-        if self.features is None:
+        if self.phi is None:
             # Causal softmax over the sequence: each key feature is normalised by
             # its sum over the positions up to the query's.
             prefix = prefix_sum(k_features, axis=1)  # (B, T, N, H)
@@ -418,7 +419,7 @@ class LinearAttention(MultiHeadAttention):
                 prefix = prefix + state[:, None, :, :, -1]
             q_features = q_features / (prefix + self.epsilon)
         numerator, state = causal_linear_numerator(q_features, k_features, v, state, self.chunk_size, log_decay)
-        if self.features is None:
+        if self.phi is None:
             return numerator[..., :-1], state
         return numerator[..., :-1] / (numerator[..., -1:] + self.epsilon), state
 

@@ -53,10 +53,10 @@ class PerformerAttention(LinearAttention):
     ):
         if features not in FEATURES:
             raise ValueError(f"`features` must be one of {tuple(FEATURES)}. Received: features={features!r}")
-        feature_map = FEATURES[features](num_features, orthogonal=orthogonal, redraw=redraw, seed=seed, name="features")
+        feature_map = FEATURES[features](num_features, orthogonal=orthogonal, redraw=redraw, seed=seed, name="phi")
         super().__init__(num_heads, key_dim, feature_map=feature_map, **kwargs)
         self.num_features = num_features
-        self.kind = features
+        self.features = features
         self.orthogonal = orthogonal
         self.redraw = redraw
         self.seed = feature_map.seed
@@ -65,7 +65,7 @@ class PerformerAttention(LinearAttention):
         config = super().get_config()
         del config["feature_map"]
         config.update(
-            num_features=self.num_features, features=self.kind, orthogonal=self.orthogonal, redraw=self.redraw,
+            num_features=self.num_features, features=self.features, orthogonal=self.orthogonal, redraw=self.redraw,
             seed=self.seed,
         )
         return config

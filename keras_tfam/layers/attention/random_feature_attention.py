@@ -52,7 +52,7 @@ class RandomFeatureAttention(LinearAttention):
     def __init__(self, num_heads, key_dim, num_features=128, gating=False, orthogonal=True, redraw=None, seed=None,
                  **kwargs):
         feature_map = TrigonometricRandomFeatures(
-            num_features, normalize=True, orthogonal=orthogonal, redraw=redraw, seed=seed, name="features"
+            num_features, normalize=True, orthogonal=orthogonal, redraw=redraw, seed=seed, name="phi"
         )
         super().__init__(num_heads, key_dim, feature_map=feature_map, **kwargs)
         self.num_features = num_features

@@ -88,11 +88,34 @@ class ReversibleStack(keras.layers.Layer):
 
 
 def _reversible_run(blocks, trainable, frozen, training):
-    """`f(x, *trainable_values)` running `blocks`, with a gradient that recomputes (see `ReversibleStack`)."""
-    owned = [{id(v) for v in block.trainable_variables} for block in blocks]
+    """`f(x, *trainable_values)` running `blocks`, with a gradient that recomputes (RevNet's backward).
+
+    For each block, last first, from its outputs `(y1, y2)` and their
+    gradients `(dy1, dy2)`: `G` is recomputed at `y1` with its VJP, giving
+    `x2 = y2 - G(y1)` and `dz1 = dy1 + G'(y1)^T dy2`; then `F` at `x2`,
+    giving `x1 = y1 - F(x2)`, `dx1 = dz1` and `dx2 = dy2 + F'(x2)^T dz1`.
+    One recomputation of each branch, and nothing stored but the outputs.
+    """
+    index = {id(v): i for i, v in enumerate(trainable)}
 
     def scope(values):
         return keras.StatelessScope(state_mapping=frozen + list(zip(trainable, values)))
+
+    def branch_vjp(branch, layers, inputs, cotangent, values, grads):
+        """`branch(inputs)`, accumulating its weights' gradients into `grads`; returns the output and input gradient."""
+        positions = [index[id(v)] for layer in layers for v in layer.trainable_variables]
+
+        def run_branch(inputs, *branch_values):
+            current = list(values)
+            for i, value in zip(positions, branch_values):
+                current[i] = value
+            with scope(current):
+                return branch(inputs, training)
+
+        outputs, (input_grad, *weight_grads) = vjp(run_branch, [inputs] + [values[i] for i in positions], cotangent)
+        for i, g in zip(positions, weight_grads):
+            grads[i] = grads[i] + g
+        return ops.stop_gradient(outputs), input_grad
 
     @ops.custom_gradient
     def run(x, *values):
@@ -103,24 +126,15 @@ def _reversible_run(blocks, trainable, frozen, training):
 
         def gradient(upstream, variables=None):
             grads = [ops.zeros_like(value) for value in values]
-            y, dy = outputs, upstream
-            for block, mine in zip(reversed(blocks), reversed(owned)):
-                with scope(values):
-                    x = ops.stop_gradient(block.inverse(y, training))
-                indices = [i for i, v in enumerate(trainable) if id(v) in mine]
-
-                def forward(x, *block_values, indices=indices, block=block):
-                    current = list(values)
-                    for i, value in zip(indices, block_values):
-                        current[i] = value
-                    with scope(current):
-                        return block(x, training=training)
-
-                _, (dx, *block_grads) = vjp(forward, [x] + [values[i] for i in indices], dy)
-                for i, g in zip(indices, block_grads):
-                    grads[i] = grads[i] + g
-                y, dy = x, dx
-            return (dy, *grads)
+            (y1, y2), (dy1, dy2) = ops.split(outputs, 2, axis=-1), ops.split(upstream, 2, axis=-1)
+            for block in reversed(blocks):
+                g, from_g = branch_vjp(block.feed_forward_branch, (block.feed_forward_norm, block.feed_forward), y1, dy2,
+                                       values, grads)
+                x2, dz1 = y2 - g, dy1 + from_g
+                f, from_f = branch_vjp(block.attention_branch, (block.attention_norm, block.attention_layer), x2, dz1,
+                                       values, grads)
+                (y1, y2), (dy1, dy2) = (y1 - f, x2), (dz1, dy2 + from_f)
+            return (ops.concatenate([dy1, dy2], axis=-1), *grads)
 
         return outputs, gradient
 

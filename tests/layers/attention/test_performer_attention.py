@@ -40,7 +40,7 @@ def test_equals_linear_attention_with_favor_plus_features(causal):
     layer = PerformerAttention(2, 4, num_features=16, seed=3, chunk_size=4, bias_initializer="random_normal")
     out = np.asarray(layer(x, use_causal_mask=causal))
     (q, k, v), project = _heads(layer, x)
-    w = np.asarray(layer.features.projection.value, np.float64)
+    w = np.asarray(layer.phi.projection.value, np.float64)
     kernel = np.einsum("btnm,bsnm->bnts", favor_plus(q, w), favor_plus(k, w))
     if causal:
         kernel = kernel * np.tril(np.ones((9, 9)))

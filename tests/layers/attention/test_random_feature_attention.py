@@ -35,8 +35,8 @@ def test_parallel_form_equals_the_gated_recurrence_of_the_paper(gating):
     wq, bq, wk, bk, wv, bv, wo, bo = dense_weights(layer)
     b, t, n = 2, 13, 2
     q, k, v = (dense(x, w, bias).reshape(b, t, n, -1) for w, bias in ((wq, bq), (wk, bk), (wv, bv)))
-    w = np.asarray(layer.features.projection.value, np.float64)
-    log_scale = np.asarray(layer.features.log_scale.value, np.float64)
+    w = np.asarray(layer.phi.projection.value, np.float64)
+    log_scale = np.asarray(layer.phi.log_scale.value, np.float64)
     phi_q, phi_k = rfa_features(q, w, log_scale), rfa_features(k, w, log_scale)
     gates, keep = np.ones((b, t, n)), np.ones((b, t, n))  # no gate: S_t = S_{t-1} + phi(k_t) v_t^T
     if gating:

@@ -151,7 +151,7 @@ def test_redraws_inside_a_compiled_fit():
     inputs = keras.Input((3, 8))
     model = keras.Model(inputs, attention(inputs, use_causal_mask=True))
     model.compile("sgd", "mse", jit_compile=True)
-    layer = attention.features
+    layer = attention.phi
     before = np.asarray(layer.projection.value)
     x = rng.normal(size=(4, 3, 8)).astype("float32")
     model.fit(x, np.zeros((4, 3, 8), "float32"), batch_size=2, epochs=1, verbose=0)
