@@ -242,11 +242,14 @@ class LinearAttention(MultiHeadAttention):
         """Features per head `M`: the first axis of each head's state."""
         return self.key_dim if self.phi is None else self.phi.output_dim(self.key_dim)
 
-    def _gate_logits(self, key):
-        """`(B, S, N)` logits of the gates of a gated recurrence, or `None` (no gates).
+    # A gated layer (`_gate_logits`) is a causal recurrence, with no windowed form.
+    is_gated = False
 
-        A subclass that returns gates `g = sigmoid(logits)` turns the causal
-        state into `S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T`.
+    def _gate_logits(self, key):
+        """`(B, S, N)` logits of the gates of a gated recurrence (`is_gated`), or `None`.
+
+        Gates `g = sigmoid(logits)` turn the causal state into
+        `S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T`.
         """
         return None
 
@@ -298,6 +301,13 @@ class LinearAttention(MultiHeadAttention):
                 "LinearAttention supports padding masks, `use_causal_mask` and `window` only; it has no "
                 "attention_mask and no attention scores."
             )
+        if self.is_gated and not (use_causal_mask or cache is not None):
+            raise ValueError(
+                f"A gated {type(self).__name__} is a causal recurrence: call it with use_causal_mask=True or a "
+                "cache. Received: use_causal_mask=False"
+            )
+        if self.is_gated and check_window(window) is not None:
+            raise ValueError(f"A gated recurrence has no windowed form (its state forgets by itself). Received: window={window}")
         if self.phi is not None:
             self.phi.advance(training)
         if check_window(window) is not None:

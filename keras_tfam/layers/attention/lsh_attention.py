@@ -3,11 +3,9 @@
 import keras
 from keras import ops
 
-from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.attention.bucketed_attention import BucketedAttention
 from keras_tfam.layers.attention.seeded_draws import SeededDraws
-from keras_tfam.layers.position.attention_position_scheme import check_no_score_bias
 from keras_tfam.ops import masks as mask_ops
-from keras_tfam.ops.bucketed_attention import chunked_bucket_attention
 from keras_tfam.utils import check_positive_int, check_window
 
 
@@ -33,7 +31,7 @@ def not_self_unless_alone(mask, query_positions, key_positions):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class LSHAttention(SeededDraws, MultiHeadAttention):
+class LSHAttention(SeededDraws, BucketedAttention):
     """Self-attention within locality-sensitive hash buckets (Reformer).
 
     Kitaev et al. 2020 ("Reformer: The Efficient Transformer"), section 2:
@@ -89,7 +87,7 @@ class LSHAttention(SeededDraws, MultiHeadAttention):
 
     def __init__(self, num_heads, key_dim, num_buckets=32, num_hashes=1, chunk_length=64, redraw=None, seed=None,
                  **kwargs):
-        super().__init__(num_heads, key_dim, **kwargs)
+        super().__init__(num_heads, key_dim, chunk_length=chunk_length, **kwargs)
         check_positive_int("num_buckets", num_buckets)
         if num_buckets > 1 and num_buckets % 2:
             raise ValueError(
@@ -97,16 +95,13 @@ class LSHAttention(SeededDraws, MultiHeadAttention):
                 f"Received: num_buckets={num_buckets}"
             )
         check_positive_int("num_hashes", num_hashes)
-        check_positive_int("chunk_length", chunk_length)
         if self.num_key_value_heads != num_heads:
             raise ValueError(
                 "LSH attention shares queries and keys: it has no grouped key/value heads. Received: "
                 f"num_key_value_heads={self.num_key_value_heads}"
             )
-        check_no_score_bias("LSHAttention", self.position)
         self.num_buckets = num_buckets
         self.num_hashes = num_hashes
-        self.chunk_length = chunk_length
         self._init_draws(seed, redraw)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
@@ -151,11 +146,7 @@ class LSHAttention(SeededDraws, MultiHeadAttention):
         return_attention_scores=False,
         training=None,
     ):
-        if attention_mask is not None or return_attention_scores:
-            raise ValueError("LSHAttention takes padding masks, `use_causal_mask` and `window`: no attention_mask, "
-                             "no attention scores.")
-        if (value is not None and value is not query) or key is not None:
-            raise ValueError("LSHAttention is self-attention with shared queries and keys: pass `query` only.")
+        self._check_call(query, value, key, attention_mask, return_attention_scores)
         window = check_window(window)
         _, _, query_mask, key_padding = self._resolve_inputs(query, None, None, query_mask, value_mask, key_mask, cache)
         rotations = self._current_draw(training)
@@ -179,36 +170,15 @@ class LSHAttention(SeededDraws, MultiHeadAttention):
             mask = ops.logical_and(ops.expand_dims(mask, 1), ops.transpose(shared, (0, 3, 1, 2)))
             mask = not_self_unless_alone(mask, query_positions, key_positions)
             outputs, _ = self._compute_attention(q, k, v, mask, None, training, False)
-        else:
-            self._check_length(q.shape[1])
-            buckets = ops.transpose(self.buckets(k, rotations), (0, 2, 3, 1))  # [B, N, R, T]
-            heads_first = [ops.cast(ops.transpose(x, (0, 2, 1, 3)), "float32") for x in (q, k, v)]
-            dropout = None
-            if self.dropout and training:
-                dropout = lambda weights: self.dropout_layer(weights, training=True)  # noqa: E731
-            outputs = chunked_bucket_attention(
-                *heads_first, buckets, buckets, self.chunk_length, causal=use_causal_mask, window=window,
-                key_padding_mask=key_padding, exclude_self=True, deduplicate=True,
-                scale=self.scale, dropout=dropout,
-            )
-            outputs = ops.cast(ops.transpose(outputs, (0, 2, 1, 3)), self.compute_dtype)
-        if query_mask is not None:
-            outputs = outputs * ops.cast(query_mask, outputs.dtype)[:, :, None, None]
-        shape = ops.shape(outputs)
-        outputs = self.output_dense(ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim)))
-        return (outputs, cache) if cache is not None else outputs
-
-    def _check_length(self, length):
-        if length is not None and length > self.chunk_length and length % self.chunk_length:
-            raise ValueError(
-                f"A sequence longer than chunk_length={self.chunk_length} must be a multiple of it. "
-                f"Received: a sequence of length {length}"
-            )
+            return self._output(outputs, query_mask), cache
+        buckets = ops.transpose(self.buckets(k, rotations), (0, 2, 3, 1))  # [B, N, R, T]
+        outputs = self._attend_in_chunks(
+            q, k, v, buckets, buckets, training, causal=use_causal_mask, window=window,
+            key_padding_mask=key_padding, exclude_self=True, deduplicate=True,
+        )
+        return self._output(outputs, query_mask)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_buckets=self.num_buckets, num_hashes=self.num_hashes, chunk_length=self.chunk_length,
-            redraw=self.redraw, seed=self.seed,
-        )
+        config.update(num_buckets=self.num_buckets, num_hashes=self.num_hashes, redraw=self.redraw, seed=self.seed)
         return config

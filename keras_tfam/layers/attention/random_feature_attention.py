@@ -4,7 +4,6 @@ import keras
 
 from keras_tfam.layers.attention.feature_maps.trigonometric_random_features import TrigonometricRandomFeatures
 from keras_tfam.layers.attention.linear_attention import LinearAttention
-from keras_tfam.utils import check_window
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -70,37 +69,12 @@ class RandomFeatureAttention(LinearAttention):
             )
             self.gate_dense.build(key_shape)
 
+    @property
+    def is_gated(self):
+        return self.gating
+
     def _gate_logits(self, key):
         return self.gate_dense(key) if self.gating else None
-
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        window=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-    ):
-        if self.gating and not (use_causal_mask or cache is not None):
-            raise ValueError(
-                "A gated RFA is a causal recurrence: call it with use_causal_mask=True or a cache. "
-                "Received: use_causal_mask=False"
-            )
-        if self.gating and check_window(window) is not None:
-            raise ValueError(f"A gated RFA has no windowed form (its state forgets by itself). Received: window={window}")
-        return super().call(
-            query, value, key, query_mask=query_mask, value_mask=value_mask, key_mask=key_mask,
-            attention_mask=attention_mask, use_causal_mask=use_causal_mask, window=window, cache=cache,
-            cache_update_index=cache_update_index, return_attention_scores=return_attention_scores, training=training,
-        )
 
     def get_config(self):
         config = super().get_config()

@@ -3,10 +3,8 @@
 import keras
 from keras import ops
 
-from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.attention.bucketed_attention import BucketedAttention
 from keras_tfam.layers.attention.seeded_draws import SeededDraws
-from keras_tfam.layers.position.attention_position_scheme import check_no_score_bias
-from keras_tfam.ops.bucketed_attention import chunked_bucket_attention
 from keras_tfam.utils import check_positive_int, check_window
 
 
@@ -15,7 +13,7 @@ def _unit(x):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class RoutingAttention(SeededDraws, MultiHeadAttention):
+class RoutingAttention(SeededDraws, BucketedAttention):
     """Self-attention within clusters learnt by online k-means (Routing Transformer).
 
     Roy et al. 2021 ("Efficient Content-Based Sparse Attention with Routing
@@ -64,14 +62,11 @@ class RoutingAttention(SeededDraws, MultiHeadAttention):
     """
 
     def __init__(self, num_heads, key_dim, num_clusters=4, chunk_length=64, decay=0.999, seed=None, **kwargs):
-        super().__init__(num_heads, key_dim, **kwargs)
+        super().__init__(num_heads, key_dim, chunk_length=chunk_length, **kwargs)
         check_positive_int("num_clusters", num_clusters)
-        check_positive_int("chunk_length", chunk_length)
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"`decay` must be in [0, 1). Received: decay={decay}")
-        check_no_score_bias("RoutingAttention", self.position)
         self.num_clusters = num_clusters
-        self.chunk_length = chunk_length
         self.decay = decay
         self._init_draws(seed, None)
 
@@ -107,11 +102,7 @@ class RoutingAttention(SeededDraws, MultiHeadAttention):
         return_attention_scores=False,
         training=None,
     ):
-        if attention_mask is not None or return_attention_scores:
-            raise ValueError("RoutingAttention takes padding masks, `use_causal_mask` and `window`: no "
-                             "attention_mask, no attention scores.")
-        if (value is not None and value is not query) or key is not None:
-            raise ValueError("RoutingAttention is self-attention: pass `query` only.")
+        self._check_call(query, value, key, attention_mask, return_attention_scores)
         if cache is not None:  # MultiHeadAttention's cache, causal; `_compute_attention` below adds the clusters
             return super().call(
                 query, query_mask=query_mask, value_mask=value_mask, key_mask=key_mask,
@@ -120,12 +111,6 @@ class RoutingAttention(SeededDraws, MultiHeadAttention):
             )
         window = check_window(window)
         _, _, query_mask, key_padding = self._resolve_inputs(query, None, None, query_mask, value_mask, key_mask, None)
-        length = query.shape[1]
-        if length is not None and length > self.chunk_length and length % self.chunk_length:
-            raise ValueError(
-                f"A sequence longer than chunk_length={self.chunk_length} must be a multiple of it. "
-                f"Received: a sequence of length {length}"
-            )
         q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
         k = self._split_heads(self.key_dense(query), self.num_key_value_heads)  # [B, T, K, H]
         v = self._split_heads(self.value_dense(query), self.num_key_value_heads)  # [B, T, K, Hv]
@@ -135,22 +120,13 @@ class RoutingAttention(SeededDraws, MultiHeadAttention):
         query_clusters, key_clusters = self.clusters(q), self.clusters(k)  # [B, T, N]
         if training:
             self._move_centroids(q, k, query_clusters, key_clusters, query_mask, key_padding)
-        heads_first = [ops.cast(ops.transpose(x, (0, 2, 1, 3)), "float32") for x in (q, k, v)]
-        dropout = None
-        if self.dropout and training:
-            dropout = lambda weights: self.dropout_layer(weights, training=True)  # noqa: E731
-        outputs = chunked_bucket_attention(
-            *heads_first,
+        outputs = self._attend_in_chunks(
+            q, k, v,
             ops.transpose(query_clusters, (0, 2, 1))[:, :, None],  # [B, N, 1, T]: one round
             ops.transpose(key_clusters, (0, 2, 1))[:, :, None],
-            self.chunk_length, causal=use_causal_mask, window=window, key_padding_mask=key_padding,
-            scale=self.scale, dropout=dropout,
+            training, causal=use_causal_mask, window=window, key_padding_mask=key_padding,
         )
-        outputs = ops.cast(ops.transpose(outputs, (0, 2, 1, 3)), self.compute_dtype)
-        if query_mask is not None:
-            outputs = outputs * ops.cast(query_mask, outputs.dtype)[:, :, None, None]
-        shape = ops.shape(outputs)
-        return self.output_dense(ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim)))
+        return self._output(outputs, query_mask)
 
     def _move_centroids(self, q, k, query_clusters, key_clusters, query_mask, key_padding):
         """`mu <- decay mu + (1 - decay) / 2 (sum of routed unit queries + keys)` (Roy et al. 2021)."""
@@ -176,5 +152,5 @@ class RoutingAttention(SeededDraws, MultiHeadAttention):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_clusters=self.num_clusters, chunk_length=self.chunk_length, decay=self.decay, seed=self.seed)
+        config.update(num_clusters=self.num_clusters, decay=self.decay, seed=self.seed)
         return config

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from harness import LayerHarness
-from layer_weights import dense_weights
+from attention_checks import dense_weights
 from reference import multi_head_attention
 
 from keras_tfam.layers import ALiBiBias, TransformerEncoderBlock

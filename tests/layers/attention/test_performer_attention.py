@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from harness import LayerHarness
-from layer_weights import dense_weights
+from attention_checks import decode_in_steps, dense_weights
 from reference import attention, dense
 
 from keras_tfam.layers import RotaryEmbedding
@@ -54,13 +54,8 @@ def test_recurrent_cache_equals_the_causal_parallel_form(features):
     layer = PerformerAttention(4, 4, num_features=12, features=features, num_key_value_heads=2, chunk_size=4,
                                seed=0, position=RotaryEmbedding())
     full = np.asarray(layer(x, use_causal_mask=True))
-    cache = layer.init_cache(2)
-    out, cache = layer(x[:, :5], cache=cache, cache_update_index=0)  # prefill
-    outs = [np.asarray(out)]
-    for t in range(5, 11):
-        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
-        outs.append(np.asarray(out))
-    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, rtol=1e-4, atol=1e-5)
+    cached, cache = decode_in_steps(layer, x, 5, layer.init_cache(2))  # a prefill of 5, then 6 steps
+    np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
     assert cache.shape == (2, 4, layer.feature_dim, 5)  # O(1) state of M features
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from harness import LayerHarness
-from layer_weights import dense_weights
+from attention_checks import decode_in_steps, dense_weights
 from reference import dense
 
 
@@ -58,12 +58,8 @@ def test_gated_recurrent_cache_equals_the_parallel_form():
     x = rng.normal(size=(2, 70, 8)).astype("float32")  # several chunks and prefix-sum blocks
     layer = RandomFeatureAttention(2, 4, num_features=8, gating=True, seed=0, chunk_size=4)
     full = np.asarray(layer(x, use_causal_mask=True))
-    out, cache = layer(x[:, :60], cache=layer.init_cache(2), cache_update_index=0)
-    outs = [np.asarray(out)]
-    for t in range(60, 70):
-        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
-        outs.append(np.asarray(out))
-    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, rtol=1e-4, atol=1e-5)
+    cached, _ = decode_in_steps(layer, x, 60, layer.init_cache(2))
+    np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
 
 
 def test_gating_is_causal_only():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from harness import LayerHarness
-from layer_weights import dense_weights
+from attention_checks import decode_in_steps, dense_weights
 from reference import dense, softmax
 
 from keras_tfam.layers import RotaryEmbedding
@@ -102,12 +102,8 @@ def test_cached_decoding_equals_the_parallel_form_in_one_chunk():
     x = rng.normal(size=(2, 16, 16)).astype("float32")
     layer = RoutingAttention(4, 4, num_key_value_heads=2, num_clusters=3, chunk_length=16, seed=0)
     full = np.asarray(layer(x, use_causal_mask=True))
-    out, cache = layer(x[:, :6], cache=layer.init_cache(2, 16), cache_update_index=0)
-    outs = [np.asarray(out)]
-    for t in range(6, 16):
-        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
-        outs.append(np.asarray(out))
-    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, rtol=1e-4, atol=1e-5)
+    cached, _ = decode_in_steps(layer, x, 6, layer.init_cache(2, 16))
+    np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
 
 
 def test_bad_input():
