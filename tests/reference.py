@@ -129,3 +129,36 @@ def t5_bucket(distance, bidirectional, num_buckets, max_distance):
         math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
     )
     return bucket + min(large, num_buckets - 1)
+
+
+def normal_cdf(x):
+    """Phi(x) through Abramowitz & Stegun 7.1.26 (|error of erf| < 1.5e-7), vectorised."""
+    z = np.abs(np.asarray(x, np.float64)) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erf = 1.0 - poly * np.exp(-z * z)
+    return 0.5 * (1.0 + np.sign(x) * erf)
+
+
+def angular_lsh_collision_probability(theta, num_buckets, grid=120, limit=6.0):
+    """P[h(x) = h(y)] for unit vectors at angle `theta`, h(x) = argmax([xR; -xR]), R Gaussian `(d, b/2)`.
+
+    Derivation: the columns give `m = b/2` iid pairs `(u_i, w_i) = (x.r_i,
+    y.r_i)`, standard bivariate normal with correlation `rho = cos(theta)`.
+    By symmetry over the `2m` buckets, `P = 2m P(u_1 > |u_j|, w_1 > |w_j|
+    for all j > 1) = 2m E[G(u_1, w_1)^(m-1); u_1 > 0, w_1 > 0]` with
+    `G(a, c) = P(|U| < a, |W| < c)`. For `b = 2`: `1 - theta / pi`.
+    Integrated on a grid (trapezoids).
+    """
+    m = num_buckets // 2
+    rho = math.cos(theta)
+    s = math.sqrt(1.0 - rho**2)
+    a = np.linspace(0.0, limit, grid)
+    u = np.linspace(-1.0, 1.0, grid)[None, None, :] * a[:, None, None]  # (a, ., u) over [-a, a]
+    density = np.exp(-0.5 * u**2) / math.sqrt(2 * math.pi)
+    c = a[None, :, None]
+    inner = density * (normal_cdf((c - rho * u) / s) - normal_cdf((-c - rho * u) / s))  # (a, c, u)
+    g = np.trapezoid(inner, u, axis=-1)  # G(a, c)
+    aa, cc = np.meshgrid(a, a, indexing="ij")
+    joint = np.exp(-(aa**2 - 2 * rho * aa * cc + cc**2) / (2 * s**2)) / (2 * math.pi * s)
+    return 2 * m * np.trapezoid(np.trapezoid(joint * g ** (m - 1), a, axis=1), a)

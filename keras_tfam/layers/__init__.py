@@ -1,9 +1,23 @@
 """Keras layers: attention, positions, normalization and Transformer blocks."""
 
+from keras_tfam.layers.attention.feature_maps import (
+    EluFeatureMap,
+    FeatureMap,
+    PositiveRandomFeatures,
+    RandomFeatureMap,
+    TrigonometricRandomFeatures,
+)
 from keras_tfam.layers.attention.linear_attention import LinearAttention
+from keras_tfam.layers.attention.linformer_attention import LinformerAttention
+from keras_tfam.layers.attention.lsh_attention import LSHAttention
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.attention.performer_attention import PerformerAttention
+from keras_tfam.layers.attention.random_feature_attention import RandomFeatureAttention
+from keras_tfam.layers.attention.routing_attention import RoutingAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
 from keras_tfam.layers.blocks.gru_gate import GRUGate
+from keras_tfam.layers.blocks.reversible_block import ReversibleBlock
+from keras_tfam.layers.blocks.reversible_stack import ReversibleStack
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.blocks.transformer_xl_block import TransformerXLBlock
@@ -51,6 +65,19 @@ __all__ = [
     "GRUGate",
     "LinearAttention",
     "MultiHeadAttention",
+    # Efficient attention (issue 13).
+    "EluFeatureMap",
+    "FeatureMap",
+    "LinformerAttention",
+    "LSHAttention",
+    "PerformerAttention",
+    "PositiveRandomFeatures",
+    "RandomFeatureAttention",
+    "RandomFeatureMap",
+    "ReversibleBlock",
+    "ReversibleStack",
+    "RoutingAttention",
+    "TrigonometricRandomFeatures",
     "PositionEmbedding",
     "RMSNorm",
     "RelativePositionBias",

@@ -3,12 +3,15 @@
 import keras
 from keras import ops
 
+from keras_tfam.layers.attention.feature_maps.elu_feature_map import EluFeatureMap
+from keras_tfam.layers.attention.feature_maps.feature_map import FeatureMap
+from keras_tfam.layers.attention.feature_maps.random_feature_map import MAX_EXPONENT
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.position.attention_position_scheme import check_no_score_bias
 from keras_tfam.utils import check_positive_int, check_window, static_dim
 
+# Feature maps by name; a `FeatureMap` object is accepted too.
 FEATURE_MAPS = ("elu", "exp")
-# exp() of larger keys overflows float32; keys are clipped here (exp feature map).
-_MAX_EXP_KEY = 60.0
 
 
 def prefix_sum(x, axis=1, block=16):
@@ -44,7 +47,42 @@ def _prefix_sum_rows(rows, block):
     return ops.reshape(inner + carried[:, None], (groups * block, -1))[:n]
 
 
-def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
+def _decay_matrix(cumulative):
+    """`exp(c_t - c_j)` for `j <= t`, else 0: `(..., n)` -> `(..., n, n)`, entries <= 1."""
+    n = cumulative.shape[-1] or ops.shape(cumulative)[-1]
+    lower = ops.cast(ops.tril(ops.ones((n, n))), "bool")
+    differences = cumulative[..., :, None] - cumulative[..., None, :]
+    return ops.exp(ops.where(lower, differences, -1e30))
+
+
+def decayed_prefix_sum(x, log_decay, block=16):
+    """`y_t = sum_{j <= t} exp(a_{j+1} + ... + a_t) x_j` along axis -2, in linear time.
+
+    The gated recurrence `y_t = exp(a_t) y_{t-1} + x_t` of a whole sequence
+    at once: inside blocks of `block` rows a decay matrix, across blocks the
+    same sum over the block totals, recursively (as `prefix_sum`).
+
+    Args:
+        x: `(..., n, F)`; with `n` unknown until run time, one `n x n` decay matrix.
+        log_decay: `(..., n)` log decays `a_t <= 0`.
+    """
+    n = x.shape[-2]
+    if n is None or n <= block:
+        cumulative = ops.cumsum(log_decay, axis=-1)
+        return ops.matmul(_decay_matrix(cumulative), x)
+    groups = -(-n // block)
+    lead = [[0, 0]] * (len(x.shape) - 2)
+    x = ops.reshape(ops.pad(x, lead + [[0, groups * block - n], [0, 0]]), (*ops.shape(x)[:-2], groups, block, x.shape[-1]))
+    log_decay = ops.pad(log_decay, lead + [[0, groups * block - n]])  # decay 1 past the end
+    cumulative = ops.cumsum(ops.reshape(log_decay, (*ops.shape(log_decay)[:-1], groups, block)), axis=-1)
+    inner = ops.matmul(_decay_matrix(cumulative), x)  # (..., G, block, F)
+    totals = decayed_prefix_sum(inner[..., -1, :], cumulative[..., -1], block)  # inclusive, per block
+    carried = ops.pad(totals[..., :-1, :], lead + [[1, 0], [0, 0]])  # what enters each block
+    outputs = inner + ops.exp(cumulative)[..., None] * carried[..., None, :]
+    return ops.reshape(outputs, (*ops.shape(outputs)[:-3], groups * block, x.shape[-1]))[..., :n, :]
+
+
+def causal_linear_numerator(query, key, value, state=None, chunk_size=64, log_decay=None):
     """`sum_{j <= t} (q_t . k_j) v_j` for every `t`, in chunks, plus the final state.
 
     Within a chunk of `L` positions the products are computed directly (an
@@ -53,11 +91,17 @@ def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
     sequence. Heads are moved next to the batch so that every product is a
     plain batched matmul.
 
+    With `log_decay` (`a_t`, the log of a gate `g_t`), the state decays:
+    `S_t = g_t S_{t-1} + k_t v_t^T` (Peng et al. 2021, gated RFA), so term
+    `j` is weighted by `g_{j+1} ... g_t`; decays inside a chunk are an
+    `L x L` matrix of `exp(c_t - c_j)`, across chunks a `decayed_prefix_sum`.
+
     Args:
-        query, key: `(B, T, N, H)` non-negative features.
+        query, key: `(B, T, N, H)` features.
         value: `(B, T, N, Hv)`.
         state: `(B, N, H, Hv)` sum over earlier positions, or `None`.
         chunk_size: positions per chunk.
+        log_decay: `(B, T, N)` log gates `<= 0`, or `None` (no decay).
 
     Returns:
         `(B, T, N, Hv)` numerators and the `(B, N, H, Hv)` state after `T`.
@@ -74,6 +118,9 @@ def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
         return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, heads, chunks, chunk, x.shape[-1]))
 
     q, k, v = split(query), split(key), split(value)
+    if log_decay is not None:
+        decays = ops.cumsum(split(log_decay[..., None])[..., 0], axis=-1)  # (B, N, C, L): c_t within the chunk
+        return _decayed_linear_numerator(q, k, v, decays, state, (batch, heads, padded, steps))
     chunk_states = ops.matmul(ops.swapaxes(k, -1, -2), v)  # (B, N, C, H, Hv)
     inclusive = prefix_sum(chunk_states, axis=2)
     exclusive = inclusive - chunk_states
@@ -87,6 +134,27 @@ def causal_linear_numerator(query, key, value, state=None, chunk_size=64):
     return ops.transpose(outputs, (0, 2, 1, 3)), final
 
 
+def _decayed_linear_numerator(q, k, v, decays, state, sizes):
+    """`causal_linear_numerator` with decays; `(B, N, C, L, .)` chunks, `decays` `(B, N, C, L)`."""
+    batch, heads, padded, steps = sizes
+    totals = decays[..., -1]  # (B, N, C): log decay across each chunk
+    ends = ops.exp(totals[..., None] - decays)[..., None]  # decay from each position to its chunk's end
+    chunk_states = ops.matmul(ops.swapaxes(k * ends, -1, -2), v)  # (B, N, C, H, Hv)
+    chunks = chunk_states.shape[2] or ops.shape(chunk_states)[2]
+    flat = ops.reshape(chunk_states, (batch, heads, chunks, chunk_states.shape[-2] * chunk_states.shape[-1]))
+    inclusive = ops.reshape(decayed_prefix_sum(flat, totals), ops.shape(chunk_states))
+    if state is not None:  # the earlier state, decayed up to the end of each chunk
+        inclusive = inclusive + ops.exp(ops.cumsum(totals, axis=-1))[..., None, None] * state[:, :, None]
+        first = state[:, :, None]
+    else:
+        first = ops.zeros_like(inclusive[:, :, :1])
+    exclusive = ops.concatenate([first, inclusive[:, :, :-1]], axis=2)  # the state entering each chunk
+    scores = ops.matmul(q, ops.swapaxes(k, -1, -2)) * _decay_matrix(decays)  # (B, N, C, L, L)
+    outputs = ops.matmul(q * ops.exp(decays)[..., None], exclusive) + ops.matmul(scores, v)
+    outputs = ops.reshape(outputs, (batch, heads, padded, v.shape[-1]))[:, :, :steps]
+    return ops.transpose(outputs, (0, 2, 1, 3)), inclusive[:, :, -1]
+
+
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class LinearAttention(MultiHeadAttention):
     """Attention of cost linear in sequence length, through a feature map `phi`.
@@ -97,11 +165,18 @@ class LinearAttention(MultiHeadAttention):
     feature dimension of each query and over the sequence for each key
     feature, `V' = softmax_feat(Q) (softmax_seq(K)^T V)`; causally, the key
     softmax runs over the positions up to the query.
+    A `FeatureMap` object is any other `phi` (`keras_tfam.layers.attention.
+    feature_maps`): `PositiveRandomFeatures` (Performer's FAVOR+) and
+    `TrigonometricRandomFeatures` (RFA) estimate the softmax kernel, and
+    inherit the causal parallel form, the recurrent cache and the windowed
+    form; `PerformerAttention` and `RandomFeatureAttention` build them. The
+    layer holds its map as `phi` (`None` for `"exp"`).
 
     Causal attention is computed in parallel for training (chunked prefix
     sums, memory linear in the sequence) and as a recurrence for decoding:
     the cache is the running state `(S, z)`, `S = sum phi(k) v^T` and
-    `z = sum phi(k)`, packed as `(B, N, H, Hv + 1)`, and each new token costs
+    `z = sum phi(k)`, packed as `(B, N, M, Hv + 1)` (`M` features per head,
+    `H` for elu and exp), and each new token costs
     O(1). Same call convention as `MultiHeadAttention`; padding masks are
     supported (padded keys contribute nothing), arbitrary `attention_mask`s
     and bias position schemes are not (rotary is).
@@ -118,7 +193,7 @@ class LinearAttention(MultiHeadAttention):
         num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
         use_bias, kernel_initializer, bias_initializer,
         output_kernel_initializer: as in `MultiHeadAttention`.
-        feature_map: `"elu"` or `"exp"`.
+        feature_map: `"elu"`, `"exp"` or a `FeatureMap`.
         position: `RotaryEmbedding` or `None`.
         chunk_size: positions per chunk of the causal parallel form.
         epsilon: added to the normaliser.
@@ -143,15 +218,12 @@ class LinearAttention(MultiHeadAttention):
 
     def __init__(self, num_heads, key_dim, feature_map="elu", chunk_size=64, epsilon=1e-6, **kwargs):
         super().__init__(num_heads, key_dim, **kwargs)
-        if feature_map not in FEATURE_MAPS:
-            raise ValueError(f"`feature_map` must be one of {FEATURE_MAPS}. Received: feature_map={feature_map!r}")
-        check_positive_int("chunk_size", chunk_size)
-        if self.position is not None and self.position.acts_on_scores:
+        if not isinstance(feature_map, FeatureMap) and feature_map not in FEATURE_MAPS:
             raise ValueError(
-                "LinearAttention cannot add a score bias or change attention weights (ALiBi, relative positions, "
-                "Shaw, Transformer-XL, adaptive span); use rotary or "
-                f"learned positions. Received: position={self.position!r}"
+                f"`feature_map` must be one of {FEATURE_MAPS} or a FeatureMap. Received: feature_map={feature_map!r}"
             )
+        check_positive_int("chunk_size", chunk_size)
+        check_no_score_bias("LinearAttention", self.position)
         if self.dropout:
             raise ValueError(
                 f"LinearAttention has no attention weights to drop out. Received: dropout={self.dropout}"
@@ -159,13 +231,36 @@ class LinearAttention(MultiHeadAttention):
         self.feature_map = feature_map
         self.chunk_size = chunk_size
         self.epsilon = epsilon
+        # The kernel's feature map; None for Shen et al.'s "exp", normalised differently.
+        self.phi = {"elu": EluFeatureMap(name="phi"), "exp": None}.get(feature_map, feature_map)
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        super().build(query_shape, value_shape, key_shape)
+        if self.phi is not None and not self.phi.built:
+            self.phi.build((None, None, self.num_heads, self.key_dim))
+
+    @property
+    def feature_dim(self):
+        """Features per head `M`: the first axis of each head's state."""
+        return self.key_dim if self.phi is None else self.phi.output_dim(self.key_dim)
+
+    # A gated layer (`_gate_logits`) is a causal recurrence, with no windowed form.
+    is_gated = False
+
+    def _gate_logits(self, key):
+        """`(B, S, N)` logits of the gates of a gated recurrence (`is_gated`), or `None`.
+
+        Gates `g = sigmoid(logits)` turn the causal state into
+        `S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T`.
+        """
+        return None
 
     def init_cache(self, batch_size, max_length=None, dtype="float32", window=None):
-        """The empty recurrent state `(B, N, H, Hv + 1)` (`max_length` is not needed),
+        """The empty recurrent state `(B, N, M, Hv + 1)` (`max_length` is not needed),
         or with a `window` a ring of keys and values `(B, 2, slots, K, H)`."""
         if check_window(window) is not None or self.pattern is not None:
             return super().init_cache(batch_size, max_length, dtype, window)
-        return ops.zeros((batch_size, self.num_heads, self.key_dim, self.value_dim + 1), dtype)
+        return ops.zeros((batch_size, self.num_heads, self.feature_dim, self.value_dim + 1), dtype)
 
     def resize_cache(self, cache, max_length):
         """The recurrent state does not grow with the length: returned as is (a ring grows)."""
@@ -176,7 +271,7 @@ class LinearAttention(MultiHeadAttention):
     def _check_cache(self, cache):
         if len(cache.shape) == 5:
             return super()._check_cache(cache)
-        expected = (self.num_heads, self.key_dim, self.value_dim + 1)
+        expected = (self.num_heads, self.feature_dim, self.value_dim + 1)
         if len(cache.shape) != 4 or tuple(cache.shape[1:]) != expected:
             raise ValueError(
                 f"`cache` must be the recurrent state (batch, {expected[0]}, {expected[1]}, "
@@ -208,6 +303,15 @@ class LinearAttention(MultiHeadAttention):
                 "LinearAttention supports padding masks, `use_causal_mask` and `window` only; it has no "
                 "attention_mask and no attention scores."
             )
+        if self.is_gated and not (use_causal_mask or cache is not None):
+            raise ValueError(
+                f"A gated {type(self).__name__} is a causal recurrence: call it with use_causal_mask=True or a "
+                "cache. Received: use_causal_mask=False"
+            )
+        if self.is_gated and check_window(window) is not None:
+            raise ValueError(f"A gated recurrence has no windowed form (its state forgets by itself). Received: window={window}")
+        if self.phi is not None:
+            self.phi.advance(training)
         if check_window(window) is not None or self.pattern is not None:
             # The windowed form: MultiHeadAttention's masks and ring cache,
             # with the kernel of `_compute_attention` below.
@@ -246,7 +350,10 @@ class LinearAttention(MultiHeadAttention):
             self._check_cache(cache)
             state = ops.cast(cache, "float32")
         causal = use_causal_mask or cache is not None
-        outputs, state = self._linear_attention(q, k, v, keep, causal, state)
+        gate_logits = self._gate_logits(key)
+        if gate_logits is not None:
+            gate_logits = ops.cast(gate_logits, "float32")
+        outputs, state = self._linear_attention(q, k, v, keep, causal, state, gate_logits)
         if query_mask is not None:
             outputs = outputs * ops.cast(query_mask, outputs.dtype)[:, :, None, None]
         shape = ops.shape(outputs)
@@ -268,29 +375,28 @@ class LinearAttention(MultiHeadAttention):
             mask = ops.expand_dims(mask, 1)
         batch, length = ops.shape(q)[0], ops.shape(q)[1]
         mask = ops.broadcast_to(mask, (batch, self.num_heads, length, ops.shape(k)[1]))  # [B, N, T, S]
-        k_features = self._key_features(k)
-        if self.feature_map == "elu":
-            q_features = ops.elu(q) + 1.0
-        else:
+        q_features, k_features = self._features(q, k)
+        if self.phi is None:
             # Shen et al., causally: each key feature's softmax runs over the
             # keys the query sees.
             totals = ops.einsum("bnts,bsnh->btnh", mask, k_features)
-            q_features = ops.softmax(q, axis=-1) / (totals + self.epsilon)
+            q_features = q_features / (totals + self.epsilon)
         scores = ops.einsum("btnh,bsnh->bnts", q_features, k_features) * mask
         outputs = ops.einsum("bnts,bsnv->btnv", scores, v)
-        if self.feature_map == "elu":
+        if self.phi is not None:
             normaliser = ops.transpose(ops.sum(scores, axis=-1), (0, 2, 1))[..., None]  # [B, T, N, 1]
             outputs = outputs / (normaliser + self.epsilon)
         return ops.cast(outputs, value.dtype), None
 
-    def _key_features(self, k):
-        if self.feature_map == "elu":
-            return ops.elu(k) + 1.0
-        return ops.exp(ops.minimum(k, _MAX_EXP_KEY))
+    def _features(self, q, k):
+        """`(phi(q), phi(k))`; for "exp", `softmax_feat(q)` and `exp(k)` (clipped)."""
+        if self.phi is None:
+            return ops.softmax(q, axis=-1), ops.exp(ops.minimum(k, MAX_EXPONENT))
+        return self.phi(q, query=True), self.phi(k)
 
-    def _linear_attention(self, q, k, v, keep, causal, state):
-        """float32 `(B, T, N, Hv)` outputs and the state `(B, N, H, Hv + 1)` (or None)."""
-        if self.feature_map == "exp" and not causal:
+    def _linear_attention(self, q, k, v, keep, causal, state, gate_logits=None):
+        """float32 `(B, T, N, Hv)` outputs and the state `(B, N, M, Hv + 1)` (or None)."""
+        if self.phi is None and not causal:
             # Shen et al.: softmax over the sequence for each key feature.
             scores = k if keep is None else ops.where(keep > 0, k, -1e9)
             k_features = ops.softmax(scores, axis=1)
@@ -298,10 +404,14 @@ class LinearAttention(MultiHeadAttention):
             context = ops.einsum("bsnh,bsnv->bnhv", k_features, v)
             return ops.einsum("btnh,bnhv->btnv", q_features, context), None
 
-        k_features = self._key_features(k)
+        q_features, k_features = self._features(q, k)
+        log_decay = None
+        if gate_logits is not None:  # S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T
+            log_decay = ops.log_sigmoid(gate_logits)
+            k_features = k_features * ops.sigmoid(-gate_logits)[..., None]
         if keep is not None:
             k_features = k_features * keep
-        q_features = ops.elu(q) + 1.0 if self.feature_map == "elu" else ops.softmax(q, axis=-1)
+            log_decay = None if log_decay is None else log_decay * keep[..., 0]  # padding keeps the state
         # A column of ones appended to the values carries the key sums through
         # the same products: the normaliser phi(q) . sum phi(k) of the elu
         # form, and `z` of the recurrent state.
@@ -313,19 +423,29 @@ class LinearAttention(MultiHeadAttention):
             numerator = ops.transpose(numerator, (0, 2, 1, 3))
             return numerator[..., :-1] / (numerator[..., -1:] + self.epsilon), None
 
-        if self.feature_map == "exp":
+        if self.phi is None:
             # Causal softmax over the sequence: each key feature is normalised by
             # its sum over the positions up to the query's.
             prefix = prefix_sum(k_features, axis=1)  # (B, T, N, H)
             if state is not None:
                 prefix = prefix + state[:, None, :, :, -1]
             q_features = q_features / (prefix + self.epsilon)
-        numerator, state = causal_linear_numerator(q_features, k_features, v, state, self.chunk_size)
-        if self.feature_map == "exp":
+        numerator, state = causal_linear_numerator(q_features, k_features, v, state, self.chunk_size, log_decay)
+        if self.phi is None:
             return numerator[..., :-1], state
         return numerator[..., :-1] / (numerator[..., -1:] + self.epsilon), state
 
     def get_config(self):
         config = super().get_config()
-        config.update(feature_map=self.feature_map, chunk_size=self.chunk_size, epsilon=self.epsilon)
+        feature_map = self.feature_map
+        if isinstance(feature_map, FeatureMap):
+            feature_map = keras.saving.serialize_keras_object(feature_map)
+        config.update(feature_map=feature_map, chunk_size=self.chunk_size, epsilon=self.epsilon)
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("feature_map"), dict):
+            config["feature_map"] = keras.saving.deserialize_keras_object(config["feature_map"])
+        return super().from_config(config)

@@ -5,11 +5,20 @@ it with `make_attention` and never branches on the name.
 """
 
 from keras_tfam.layers.attention.linear_attention import LinearAttention
+from keras_tfam.layers.attention.lsh_attention import LSHAttention
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.attention.performer_attention import PerformerAttention
+from keras_tfam.layers.attention.random_feature_attention import RandomFeatureAttention
+from keras_tfam.layers.attention.routing_attention import RoutingAttention
 
+# Causal kinds, usable in decoder models (LinformerAttention is not causal: not here).
 ATTENTIONS = {
     "softmax": MultiHeadAttention,
     "linear": LinearAttention,
+    "performer": PerformerAttention,
+    "rfa": RandomFeatureAttention,
+    "lsh": LSHAttention,
+    "routing": RoutingAttention,
 }
 
 

@@ -191,3 +191,12 @@ class HeadsPositionScheme(AttentionPositionScheme):
     def compute_output_shape(self, query_shape, key_shape=None, value_shape=None):
         value_dim = query_shape[-1] if value_shape is None else value_shape[-1]
         return tuple(query_shape[:-1]) + (value_dim,)
+
+
+def check_no_score_bias(owner, position):
+    """A `ValueError` for a scheme that acts on scores or weights, given to attention that never forms them."""
+    if position is not None and position.acts_on_scores:
+        raise ValueError(
+            f"{owner} cannot add a score bias or change attention weights (ALiBi, relative positions, Shaw, "
+            f"Transformer-XL, adaptive span); use rotary or learned positions. Received: position={position!r}"
+        )

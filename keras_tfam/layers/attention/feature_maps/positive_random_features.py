@@ -1,0 +1,55 @@
+"""FAVOR+ positive random features (Choromanski et al. 2021, Performer)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_tfam.layers.attention.feature_maps.random_feature_map import MAX_EXPONENT, RandomFeatureMap
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class PositiveRandomFeatures(RandomFeatureMap):
+    """Positive random features of the softmax kernel (FAVOR+, Performer).
+
+    Choromanski et al. 2021 ("Rethinking Attention with Performers"), Lemma 1:
+    `phi(x) = exp(w_i . x - |x|^2 / 2) / sqrt(m)` for `i = 1..m` gives an
+    unbiased estimator `E[phi(x) . phi(y)] = exp(x . y)`, with positive
+    features, so the attention normaliser never vanishes, and a variance
+    that goes to zero where `exp(x . y)` does. Heads are scaled by
+    `H^(-1/4)` first, so `phi(q) . phi(k)` estimates the softmax kernel
+    `exp(q . k / sqrt(H))`. Orthogonal `w_i` (the default) lower the error.
+
+    Query features drop the factor `exp(max_i(w_i . q) - |q|^2 / 2)`,
+    constant per query (it cancels in attention); key exponents are clipped
+    at 60 (float32 range).
+
+    Args:
+        num_features: `m` (Performer uses `H log H`, 256 for `H = 64`).
+        orthogonal, redraw, seed: see `RandomFeatureMap`.
+
+    Call arguments:
+        inputs: `(B, T, N, H)` query or key heads.
+        query: whether `inputs` are queries.
+
+    Returns:
+        `(B, T, N, m)` float32, positive.
+
+    Example:
+
+    >>> phi = PositiveRandomFeatures(num_features=256, seed=0)
+    >>> phi(keras.random.normal((2, 5, 4, 64))).shape
+    (2, 5, 4, 256)
+    """
+
+    def output_dim(self, input_dim):
+        return self.num_features
+
+    def call(self, inputs, query=False):
+        x = ops.cast(inputs, "float32") * inputs.shape[-1] ** -0.25
+        exponent = self._project(x) - 0.5 * ops.sum(ops.square(x), axis=-1, keepdims=True)
+        if query:
+            exponent = exponent - ops.stop_gradient(ops.max(exponent, axis=-1, keepdims=True))
+        else:
+            exponent = ops.minimum(exponent, MAX_EXPONENT)
+        return ops.exp(exponent) / math.sqrt(self.num_features)
