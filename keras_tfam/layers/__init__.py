@@ -1,6 +1,8 @@
 """Keras layers: attention, positions, normalization and Transformer blocks."""
 
+from keras_tfam.layers.attention.distance_aware_attention import DistanceAwareAttention, distance_rescale
 from keras_tfam.layers.attention.linear_attention import LinearAttention
+from keras_tfam.layers.attention.memorizing_attention import MemorizingAttention
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.blocks.feed_forward import FeedForward
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
@@ -28,6 +30,9 @@ from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPo
 
 __all__ = [
     "ALiBiBias",
+    "DistanceAwareAttention",
+    "MemorizingAttention",
+    "distance_rescale",
     "CrossAttentionBlock",
     "PerceiverDecoder",
     "PerceiverEncoder",
