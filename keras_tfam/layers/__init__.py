@@ -1,5 +1,7 @@
 """Keras layers: attention, positions, normalization and Transformer blocks."""
 
+from keras_tfam.layers.adaptive.adaptive_computation_time import AdaptiveComputationTime
+from keras_tfam.layers.adaptive.universal_transformer import UniversalTransformer
 from keras_tfam.layers.attention.distance_aware_attention import DistanceAwareAttention, distance_rescale
 from keras_tfam.layers.attention.linear_attention import LinearAttention
 from keras_tfam.layers.attention.memorizing_attention import MemorizingAttention
@@ -30,8 +32,10 @@ from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPo
 
 __all__ = [
     "ALiBiBias",
+    "AdaptiveComputationTime",
     "DistanceAwareAttention",
     "MemorizingAttention",
+    "UniversalTransformer",
     "distance_rescale",
     "CrossAttentionBlock",
     "PerceiverDecoder",
