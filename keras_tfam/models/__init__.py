@@ -1,8 +1,18 @@
 """Models assembled from keras_tfam layers."""
 
 from keras_tfam.models.attention_pooling_lm import AttentionPoolingLM
+from keras_tfam.models.early_exit_calibration import grid_search_threshold, learn_then_test
+from keras_tfam.models.early_exit_lm import EarlyExitLM
 from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
 from keras_tfam.models.transformer import Transformer
 
-__all__ = ["AttentionPoolingLM", "GPT2LM", "GPT2_PRESETS", "Transformer"]
+__all__ = [
+    "AttentionPoolingLM",
+    "EarlyExitLM",
+    "GPT2LM",
+    "GPT2_PRESETS",
+    "Transformer",
+    "grid_search_threshold",
+    "learn_then_test",
+]
