@@ -5,6 +5,7 @@ from keras_tfam.models.early_exit_calibration import grid_search_threshold, lear
 from keras_tfam.models.early_exit_lm import EarlyExitLM
 from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+from keras_tfam.models.knn_lm import KNNLM
 from keras_tfam.models.transformer import Transformer
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "EarlyExitLM",
     "GPT2LM",
     "GPT2_PRESETS",
+    "KNNLM",
     "Transformer",
     "grid_search_threshold",
     "learn_then_test",
