@@ -1,6 +1,7 @@
 """Models assembled from keras_tfam layers."""
 
 from keras_tfam.models.attention_pooling_lm import AttentionPoolingLM
+from keras_tfam.models.decision_transformer import DecisionTransformer
 from keras_tfam.models.early_exit_calibration import grid_search_threshold, learn_then_test
 from keras_tfam.models.early_exit_lm import EarlyExitLM
 from keras_tfam.models.gpt2_lm import GPT2LM
@@ -10,6 +11,7 @@ from keras_tfam.models.transformer import Transformer
 
 __all__ = [
     "AttentionPoolingLM",
+    "DecisionTransformer",
     "EarlyExitLM",
     "GPT2LM",
     "GPT2_PRESETS",
