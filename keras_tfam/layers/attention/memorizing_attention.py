@@ -172,7 +172,8 @@ class MemorizingAttention(MultiHeadAttention):
         outputs = ops.sum(weights[..., None] * retrieved, axis=-2)  # [B, K, G * T, H]
         outputs = ops.transpose(ops.reshape(outputs, (batch, kv_heads, groups, length, self.key_dim)), (0, 3, 1, 2, 4))
         outputs = ops.reshape(outputs, (batch, length, self.num_heads, self.key_dim))
-        any_found = ops.any(ops.reshape(found, (batch, kv_heads, groups, length, -1)), axis=-1)
+        # Neighbours come best first: a query found a filled slot if its first one is.
+        any_found = ops.reshape(found[..., 0], (batch, kv_heads, groups, length))
         any_found = ops.reshape(ops.transpose(any_found, (0, 3, 1, 2)), (batch, length, self.num_heads))
         return outputs, any_found
 

@@ -2,6 +2,7 @@ import math
 
 import numpy as np
 import pytest
+from block_reference import projection_weights
 from harness import LayerHarness
 from reference import dense
 
@@ -35,11 +36,6 @@ def test_distance_function_matches_the_paper_and_its_properties():
         assert np.all((f > 0.0) & (f <= 1.0 + math.exp(v) + 1e-5))  # bounded by 1 + e^v
     # Far outside the usual range: no overflow, no NaN.
     assert np.all(np.isfinite(np.asarray(distance_rescale(np.array([-1e4, 1e4]), 5.0))))
-
-
-def projection_weights(layer):
-    dense_layers = (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)
-    return [np.asarray(w, np.float64) for d in dense_layers for w in d.get_weights()]
 
 
 def numpy_da_attention(layer, x, mask):

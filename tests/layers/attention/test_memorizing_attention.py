@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from block_reference import projection_weights
 from harness import LayerHarness
 from reference import dense, softmax
 
@@ -24,11 +25,6 @@ class TestMemorizingAttentionHarness(LayerHarness):
     def make_inputs(self):
         memory, mask = filled_memory(2, 10, 2, 4, 7)
         return {"query": rng.normal(size=(2, 5, 16)).astype("float32"), "memory": memory, "memory_mask": mask}
-
-
-def projection_weights(layer):
-    dense_layers = (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)
-    return [np.asarray(w, np.float64) for d in dense_layers for w in d.get_weights()]
 
 
 def numpy_memorizing(layer, x, memory, memory_mask):
