@@ -150,8 +150,12 @@ class EarlyExitLM(keras.Model):
             states = self.backbone.final_norm(hidden)
             return ops.cast(ops.sigmoid(self.exit_classifier(states)), "float32")[:, 0, 0], None
         _, logits = self.exit_head(hidden)
-        top2, _ = ops.top_k(ops.softmax(logits[:, 0], axis=-1), 2)
-        return top2[:, 0] - top2[:, 1], logits
+        probabilities = ops.softmax(logits[:, 0], axis=-1)  # [B, V]
+        # Top-1 minus top-2 by two maxima: XLA sorts the whole row for a top-k on CPU.
+        first = ops.max(probabilities, axis=-1)
+        top = ops.one_hot(ops.argmax(probabilities, axis=-1), self.vocabulary_size, dtype="bool")
+        second = ops.max(ops.where(top, -1.0, probabilities), axis=-1)
+        return first - second, logits
 
     # ------------------------------------------------------------------ training
 
