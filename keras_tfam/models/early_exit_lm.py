@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.utils import base_model_config, check_positive_int
 
 CONFIDENCES = ("softmax_response", "classifier")
@@ -15,7 +16,7 @@ def _check_threshold(threshold):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class EarlyExitLM(keras.Model):
+class EarlyExitLM(GenerationMixin, keras.Model):
     """A GPT-2 decoder whose generated tokens leave the stack once confident (CALM).
 
     Schuster et al. 2022. The `backbone` GPT-2's final norm and tied output
@@ -47,10 +48,12 @@ class EarlyExitLM(keras.Model):
     the shared head: `layer_logits_model()` outputs every layer's logits;
     compile it with `loss_weights=EarlyExitLM.calm_loss_weights(L)`.
 
-    Implements the generation protocol (`vocabulary_size`, `max_length`,
-    `sliding_window_cache`, `init_cache`, `resize_cache`, `call_with_cache`),
-    and `return_hidden_states=True` (the final hidden state, input of the
-    softmax) for retrieval models such as `KNNLM`.
+    Implements the generation protocol with the backbone's caches (local
+    layers' rings and sliding windows included), so `generate` decodes
+    with early exits under any sampler or beam search, compiled, and in an
+    exported SavedModel (`pipelines.export`); `call_with_cache(...,
+    return_hidden_states=True)` also returns the final hidden states (the
+    input of the softmax) for retrieval models such as `KNNLM`.
 
     Args:
         backbone: a `GPT2LM` with softmax attention (pre-norm blocks).
@@ -71,8 +74,7 @@ class EarlyExitLM(keras.Model):
     >>> model = EarlyExitLM(GPT2LM.from_preset("gpt2_tiny", vocabulary_size=8192), threshold=0.9)
     >>> calm = model.layer_logits_model()
     >>> calm.compile("adamw", [ce] * 4, loss_weights=EarlyExitLM.calm_loss_weights(4))
-    >>> cache = model.init_cache(1, 64)
-    >>> logits, cache = model.call_with_cache(prompt, cache, 0)
+    >>> model.generate([[464, 3290]], max_new_tokens=20, sampler="top_p", seed=0)
     """
 
     def __init__(self, backbone, confidence="softmax_response", threshold=1.0, **kwargs):
@@ -117,21 +119,14 @@ class EarlyExitLM(keras.Model):
     def num_layers(self):
         return len(self.blocks)
 
-    def _embed(self, token_ids, start_index, training=None):
-        backbone = self.backbone
-        x = backbone.token_embedding(token_ids)
-        if backbone.position_embedding is not None:
-            x = x + backbone.position_embedding(x, start_index=start_index)
-        return backbone.embeddings_dropout(x, training=training)
-
     def exit_head(self, hidden):
         """`(exit states, float32 logits)` of hidden states through the shared final norm and head."""
         states = self.backbone.final_norm(hidden)
-        return states, self.backbone.token_embedding(states, reverse=True)
+        return states, self.backbone.logits(states)
 
     def _layer_states(self, token_ids, training=None):
         """The residual stream after every block, for a full pass."""
-        hidden = self._embed(token_ids, 0, training)
+        hidden = self.backbone._embed(token_ids, 0, training)
         states = []
         for block in self.blocks:
             hidden = block(hidden, training=training)
@@ -208,38 +203,29 @@ class EarlyExitLM(keras.Model):
 
     @property
     def max_length(self):
-        return self.backbone.max_sequence_length if self.backbone.position_embedding is not None else None
+        return self.backbone.max_length
 
     @property
     def sliding_window_cache(self):
-        return False
+        return self.backbone.sliding_window_cache
 
     def init_cache(self, batch_size, length, window=None):
-        """One `(B, 2, length, K, H)` key/value cache per block."""
-        self._check_window(window)
-        return tuple(
-            block.self_attention_layer.init_cache(batch_size, length, block.compute_dtype) for block in self.blocks
-        )
+        """The backbone's caches: one `(B, 2, slots, K, H)` key/value cache per block."""
+        return self.backbone.init_cache(batch_size, length, window=window)
 
     def resize_cache(self, cache, length):
         """Every block's cache grown to `length` positions."""
-        return tuple(
-            block.self_attention_layer.resize_cache(layer_cache, length)
-            for block, layer_cache in zip(self.blocks, cache)
-        )
+        return self.backbone.resize_cache(cache, length)
 
-    def _check_window(self, window):
-        if window is not None:
-            raise ValueError(f"EarlyExitLM has no sliding-window cache. Received: window={window!r}")
-
-    def _propagate(self, block, hidden, layer_cache, index):
+    def _propagate(self, block, hidden, layer_cache, index, window):
         """The cache of a skipped block with the keys/values projected from the exit state."""
         attention = block.self_attention_layer
-        key_value = attention.compute_key_value_cache(block.self_attention_norm(hidden))  # [B, 2, T, K, H]
+        key_value = attention.compute_key_value_cache(block.self_attention_norm(hidden))  # [B, 2, 1, K, H]
+        key, value = key_value[:, 0], key_value[:, 1]
         if attention.position is not None:
-            _, key = attention.position.rotate_query_key(key_value[:, 0], key_value[:, 0], index, index)
-            key_value = ops.stack([key, key_value[:, 1]], axis=1)
-        return ops.slice_update(layer_cache, (0, 0, index, 0, 0), ops.cast(key_value, layer_cache.dtype))
+            _, key = attention.position.rotate_query_key(key, key, index, index)
+        # Written as the block's attention writes it (a ring's slot `index % slots`).
+        return attention._update_cache(layer_cache, key, value, index, attention._ring_window(window))[0]
 
     def call_with_cache(self, token_ids, cache, index, window=None, return_hidden_states=False):
         """Runs `token_ids (B, T)` at positions `index ..`; one-token steps may exit early.
@@ -247,27 +233,27 @@ class EarlyExitLM(keras.Model):
         Returns `(logits (B, T, V) float32, cache)`, or `(logits, hidden
         states, cache)` with `return_hidden_states`.
         """
-        self._check_window(window)
-        step = self.early_exit_step(token_ids, cache, index)
+        step = self.early_exit_step(token_ids, cache, index, window)
         if return_hidden_states:
             return step["logits"], step["hidden_states"], step["cache"]
         return step["logits"], step["cache"]
 
-    def early_exit_step(self, token_ids, cache, index):
+    def early_exit_step(self, token_ids, cache, index, window=None):
         """`call_with_cache` with its details: a dict of `logits`, `hidden_states`, `cache`
         and `exit_layers` (`(B,)` int32, the number of blocks each row ran)."""
-        hidden = self._embed(token_ids, index)
         batch = ops.shape(token_ids)[0]
         if token_ids.shape[1] != 1:
-            updated = []
-            for block, layer_cache in zip(self.blocks, cache):
-                hidden, layer_cache = block(
-                    hidden, self_attention_cache=layer_cache, self_attention_cache_update_index=index
-                )
-                updated.append(layer_cache)
-            states, logits = self.exit_head(hidden)
+            logits, states, cache = self.backbone.call_with_cache(
+                token_ids, cache, index, window=window, return_hidden_states=True
+            )
             exit_layers = ops.full((batch,), self.num_layers, "int32")
-            return {"logits": logits, "hidden_states": states, "cache": tuple(updated), "exit_layers": exit_layers}
+            return {"logits": logits, "hidden_states": states, "cache": cache, "exit_layers": exit_layers}
+        if window is not None and not self.sliding_window_cache:
+            raise ValueError(
+                "Learned positions are absolute: a ring cache cannot slide them (the generator re-encodes the "
+                f"window instead). Received: window={window}"
+            )
+        hidden = self.backbone._embed(token_ids, index, training=False)
 
         last = self.num_layers - 1
         carry = {
@@ -280,7 +266,10 @@ class EarlyExitLM(keras.Model):
 
         def run_block(i, carry, layer_cache):
             output, layer_cache = self.blocks[i](
-                carry["hidden"], self_attention_cache=layer_cache, self_attention_cache_update_index=index
+                carry["hidden"],
+                self_attention_cache=layer_cache,
+                self_attention_cache_update_index=index,
+                self_attention_window=window,
             )
             exited = carry["exited"]
             # Exited rows keep their exit state; the block wrote their keys/values from it.
@@ -304,7 +293,7 @@ class EarlyExitLM(keras.Model):
             return carry
 
         def skip_block(i, carry, layer_cache):
-            return carry, self._propagate(self.blocks[i], carry["hidden"], layer_cache, index)
+            return carry, self._propagate(self.blocks[i], carry["hidden"], layer_cache, index, window)
 
         updated = []
         for i, layer_cache in enumerate(cache):
@@ -321,14 +310,12 @@ class EarlyExitLM(keras.Model):
         exited = carry["exited"]
         states = self.backbone.final_norm(carry["hidden"])
         if self.exit_classifier is not None:
-            logits = self.backbone.token_embedding(states, reverse=True)
+            logits = self.backbone.logits(states)
         else:
             logits = ops.cond(
                 ops.all(exited),
                 lambda: carry["logits"],
-                lambda: ops.where(
-                    exited[:, None, None], carry["logits"], self.backbone.token_embedding(states, reverse=True)
-                ),
+                lambda: ops.where(exited[:, None, None], carry["logits"], self.backbone.logits(states)),
             )
         return {"logits": logits, "hidden_states": states, "cache": tuple(updated), "exit_layers": carry["layers"]}
 

@@ -5,12 +5,13 @@ import math
 import keras
 from keras import ops
 
-from keras_tfam.retrieval.datastore import Datastore
+from keras_tfam.generation.generator import GenerationMixin, check_protocol
+from keras_tfam.retrieval.datastore import Datastore, logits_and_hidden_states
 from keras_tfam.utils import base_model_config
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class KNNLM(keras.Model):
+class KNNLM(GenerationMixin, keras.Model):
     """An LM's next-token distribution interpolated with a datastore's (kNN-LM).
 
     Khandelwal et al. 2020: `p(y | x) = lambda p_kNN(y | x) + (1 - lambda)
@@ -21,21 +22,21 @@ class KNNLM(keras.Model):
 
     Its outputs are log-probabilities, used as logits: a softmax or a
     cross-entropy `from_logits=True` over them gives back `p`, so the model
-    evaluates like any LM (`tfam eval`) and generates through the generation
-    protocol, which it implements by delegating to `lm` (the cache is the
-    LM's).
+    evaluates like any LM (`evaluate_perplexity`; `tfam eval RUN
+    --knn-split valid` builds the datastore from a split and evaluates
+    this model) and generates (`generate`, any sampler) through the
+    generation protocol, which it implements by delegating to `lm` (the
+    cache is the LM's).
 
     Args:
-        lm: a model implementing the generation protocol that also returns
-            its final hidden states: `lm(token_ids, return_hidden_states=True)`
-            and `lm.call_with_cache(..., return_hidden_states=True)` (such as
-            `EarlyExitLM`).
+        lm: a model implementing the generation protocol whose
+            `call_with_cache(..., return_hidden_states=True)` also returns
+            its final hidden states (`GPT2LM`, `EarlyExitLM`).
         datastore: a `Datastore` whose keys are `lm`'s hidden states.
         interpolation: `lambda`, in `[0, 1]` (the paper: 0.25).
 
     Call arguments:
         token_ids: int `(B, T)`.
-        training: forwarded to `lm`.
 
     Returns:
         float32 log-probabilities `(B, T, V)`.
@@ -49,8 +50,7 @@ class KNNLM(keras.Model):
 
     def __init__(self, lm, datastore, interpolation=0.25, **kwargs):
         super().__init__(**kwargs)
-        if not hasattr(lm, "call_with_cache"):
-            raise ValueError(f"`lm` must implement the generation protocol (call_with_cache). Received: lm={lm!r}")
+        check_protocol(lm)
         if not isinstance(datastore, Datastore):
             raise ValueError(f"`datastore` must be a Datastore. Received: datastore={datastore!r}")
         if datastore.vocabulary_size != lm.vocabulary_size:
@@ -71,9 +71,8 @@ class KNNLM(keras.Model):
         log_rest = math.log1p(-self.interpolation) if self.interpolation < 1 else float("-inf")
         return ops.logaddexp(log_knn + log_lambda, log_lm + log_rest)
 
-    def call(self, token_ids, training=None):
-        logits, hidden = self.lm(token_ids, return_hidden_states=True, training=training)
-        return self._interpolate(logits, hidden)
+    def call(self, token_ids):
+        return self._interpolate(*logits_and_hidden_states(self.lm, token_ids))
 
     # ------------------------------------------------------------------ generation protocol
 
@@ -89,8 +88,8 @@ class KNNLM(keras.Model):
     def sliding_window_cache(self):
         return self.lm.sliding_window_cache
 
-    def init_cache(self, batch_size, length, window=None):
-        return self.lm.init_cache(batch_size, length, window=window)
+    def init_cache(self, batch_size, length, window=None, **cache_inputs):
+        return self.lm.init_cache(batch_size, length, window=window, **cache_inputs)
 
     def resize_cache(self, cache, length):
         return self.lm.resize_cache(cache, length)

@@ -12,6 +12,20 @@ from keras_tfam.utils import check_positive_int
 _MAX_EXACT_ID = 2**24
 
 
+def logits_and_hidden_states(lm, token_ids):
+    """`(logits (B, T, V), hidden states (B, T, D))` of a full pass of a generation-protocol LM.
+
+    Runs `lm.call_with_cache(..., return_hidden_states=True)` over fresh
+    caches from position 0 (as `GPT2LM` and `EarlyExitLM` offer it): the
+    hidden states are the input of the LM's softmax.
+    """
+    shape = ops.shape(token_ids)
+    logits, hidden, _ = lm.call_with_cache(
+        token_ids, lm.init_cache(shape[0], shape[1]), 0, return_hidden_states=True
+    )
+    return logits, hidden
+
+
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class Datastore(keras.layers.Layer):
     """Key-value memory of a corpus and the kNN next-token distribution (Khandelwal et al. 2020).
@@ -128,8 +142,8 @@ class Datastore(keras.layers.Layer):
         """A datastore of every (context vector -> next token) pair of a corpus.
 
         Args:
-            model: an LM called as `model(token_ids, return_hidden_states=True)`
-                returning `(logits, hidden_states)` (such as `EarlyExitLM`).
+            model: a generation-protocol LM whose `call_with_cache` takes
+                `return_hidden_states=True` (`GPT2LM`, `EarlyExitLM`).
             inputs: int `(N, T)` token blocks.
             targets: int `(N, T)` next tokens.
             weights: `(N, T)`; positions with weight 0 (padding) are left out.
@@ -145,7 +159,7 @@ class Datastore(keras.layers.Layer):
         keep = np.ones(inputs.shape, bool) if weights is None else np.asarray(weights) > 0
         keys = []
         for start in range(0, len(inputs), batch_size):
-            _, hidden = model(inputs[start : start + batch_size], return_hidden_states=True)
+            _, hidden = logits_and_hidden_states(model, inputs[start : start + batch_size].astype("int32"))
             keys.append(np.asarray(ops.convert_to_numpy(hidden), "float32")[keep[start : start + batch_size]])
         keys = np.concatenate(keys) if keys else np.zeros((0, 0), "float32")
         if len(keys) == 0:
