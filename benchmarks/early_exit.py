@@ -18,10 +18,10 @@ run trained on the validation split; the test split is evaluated.
      number of layers run, and how often the top token equals the full
      model's;
    - tokens/s at batch 1 of decoding a test block (teacher-forced, so the
-     exits are those of real text) and of greedy generation after a test
-     prompt (compiled loops over `call_with_cache`), each timed alternately
-     with threshold 1 on the same compiled function, so that the ratio holds
-     on a busy machine.
+     exits are those of real text) and of greedy `model.generate` after a
+     test prompt (the library's compiled generation loop), each timed
+     alternately with threshold 1 on the same compiled function (the
+     threshold is a variable), so that the ratio holds on a busy machine.
 4. Learn-then-Test (CALM's calibration) on the held-out blocks (one block =
    one example): the smallest threshold whose rate of tokens differing from
    the full model is at most `--tolerance` with probability `1 - --epsilon`
@@ -121,28 +121,12 @@ def evaluate(score, blocks, full_top, batch_size):
             "row_mismatch": np.concatenate(per_row)}
 
 
-def greedy_loop(model, prompt_length, new_tokens):
-    """A compiled greedy decoding loop over `early_exit_step` at batch 1: (tokens, mean layers)."""
-
-    @tf.function(jit_compile=True)
-    def run(prompt):
-        cache = model.init_cache(1, prompt_length + new_tokens)
-        step = model.early_exit_step(prompt, cache, 0)
-        token = tf.argmax(step["logits"][:, -1], -1, output_type=tf.int32)
-
-        def body(i, token, cache, tokens, layers):
-            step = model.early_exit_step(token[:, None], cache, prompt_length + i)
-            tokens = tokens.write(i, token)
-            return (i + 1, tf.argmax(step["logits"][:, -1], -1, output_type=tf.int32), step["cache"], tokens,
-                    layers + tf.cast(step["exit_layers"][0], tf.float32))
-
-        tokens = tf.TensorArray(tf.int32, size=new_tokens)
-        _, _, _, tokens, layers = tf.while_loop(
-            lambda i, *_: i < new_tokens, body, (tf.constant(0), token, step["cache"], tokens, tf.constant(0.0))
-        )
-        return tf.transpose(tokens.stack()), layers / new_tokens
-
-    return run
+def generation_layers(score, tokens, prompt_length):
+    """Mean blocks run per new token of a greedy `generate` output (its steps, replayed teacher-forced)."""
+    weights = np.zeros(tokens[:, 1:].shape, "float32")
+    weights[:, prompt_length - 1 :] = 1.0  # the steps that chose the new tokens
+    _, layers, _ = score(tokens[:, :-1], tokens[:, 1:], weights, tokens[:, 1:])
+    return float(np.sum(layers)) / weights.sum()
 
 
 def interleaved_seconds(run, model, threshold, repeats):
@@ -233,20 +217,19 @@ def main():
     ordinary_ppl = None
     for name, model in models.items():
         score = teacher_forced_scorer(model)
-        loop = greedy_loop(model, args.prompt, args.new)
         for threshold in sorted(set(args.thresholds) | {1.0}, reverse=True):
             model.threshold = threshold
             result = evaluate(score, test, full_test, args.eval_batch)
             ppl = perplexities(result["nll"], result["tokens"])["token_perplexity"]
             ordinary_ppl = ordinary_ppl or ppl
-            _, layers = loop(prompt)
+            layers = generation_layers(score, model.generate(prompt, args.new), args.prompt)
             decode = interleaved_seconds(lambda: score(*text)[0].numpy(), model, threshold, args.repeats)
-            generate = interleaved_seconds(lambda: loop(prompt)[0].numpy(), model, threshold, args.repeats)
+            generate = interleaved_seconds(lambda: model.generate(prompt, args.new), model, threshold, args.repeats)
             rates = [128 / decode[1], 128 / decode[0], args.new / generate[1], args.new / generate[0]]
             print(f"| {name} | {threshold:.2f} | {ppl:.2f} | {ppl / ordinary_ppl:.3f} | "
                   f"{100 * result['agreement']:.1f}% | {result['layers']:.2f} | {rates[0]:.0f} ({rates[1]:.0f}) | "
                   f"{rates[0] / rates[1]:.2f}x | {rates[2]:.0f} ({rates[3]:.0f}) | {rates[2] / rates[3]:.2f}x | "
-                  f"{float(layers):.2f} |")
+                  f"{layers:.2f} |")
         model.threshold = 1.0
 
         risks = {}
@@ -262,11 +245,9 @@ def main():
         tested = ", ".join(f"{r['threshold']:.2f}: risk {r['risk']:.3f}, p {r['p_value']:.2g}" for r in records)
         print(f"{name}: Learn-then-Test (tolerance {args.tolerance}, epsilon {args.epsilon}) -> threshold "
               f"{chosen:.2f} [{tested}]; grid search -> {grid:.2f}")
-    if hasattr(gpt2, "generate"):
-        seconds = median_seconds(lambda: gpt2.generate(prompt, max_new_tokens=args.new), warmup=1,
-                                 repeats=args.repeats)
-        print(f"reference: GPT2LM.generate (the library's own decoding loop), same prompt: "
-              f"{args.new / seconds:.0f} tokens/s")
+    seconds = median_seconds(lambda: gpt2.generate(prompt, max_new_tokens=args.new), warmup=1, repeats=args.repeats)
+    print(f"reference: GPT2LM.generate of the fine-tuned GPT-2 (no exit head), same prompt: "
+          f"{args.new / seconds:.0f} tokens/s")
     print(f"total {time.perf_counter() - start:.0f} s")
 
 

@@ -34,8 +34,9 @@ import tensorflow as tf  # noqa: E402
 from mini_protocol import load_mini_protocol, perplexities  # noqa: E402
 from timing import machine  # noqa: E402
 
-from keras_tfam.models import KNNLM, EarlyExitLM  # noqa: E402
+from keras_tfam.models import KNNLM  # noqa: E402
 from keras_tfam.retrieval import Datastore  # noqa: E402
+from keras_tfam.retrieval.datastore import logits_and_hidden_states  # noqa: E402
 from pipelines.evaluation import evaluate_perplexity  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def retrieve_targets(lm, datastore, blocks, batch_size):
 
     @tf.function
     def step(x, y):
-        logits, hidden = lm(x, return_hidden_states=True)
+        logits, hidden = logits_and_hidden_states(lm, x)
         log_lm = tf.gather(tf.nn.log_softmax(logits), y, batch_dims=2)
         distances, tokens = datastore.search(hidden)
         return log_lm, distances, tf.equal(tokens, y[..., None])
@@ -89,14 +90,13 @@ def main():
     start = time.perf_counter()
 
     gpt2, _, splits = load_mini_protocol(args.run, args.data_dir)
-    lm = EarlyExitLM(gpt2, threshold=1.0)  # the GPT-2 through the generation protocol, with hidden states
     print(f"machine: {machine()}")
     print(f"mini protocol (trained on valid, evaluated on test): {args.run}, {gpt2.num_layers} layers, "
           f"width {gpt2.hidden_dim}, vocabulary {gpt2.vocabulary_size}")
 
     inputs, targets, weights, _ = splits["valid"]
     t0 = time.perf_counter()
-    datastore = Datastore.from_model(lm, inputs, targets, weights, batch_size=args.batch_size, k=args.k,
+    datastore = Datastore.from_model(gpt2, inputs, targets, weights, batch_size=args.batch_size, k=args.k,
                                      temperature=args.temperature, chunk_size=args.chunk_size)
     build = time.perf_counter() - t0
     megabytes = datastore.size * (datastore.key_dim + 1) * 4 / 2**20
@@ -109,7 +109,7 @@ def main():
         recorded = np.load(args.neighbours)
         log_lm, distances, hits = recorded["log_lm"], recorded["distances"], recorded["hits"]
     else:
-        log_lm, distances, hits = retrieve_targets(lm, datastore, (test_inputs, test_targets, test_weights),
+        log_lm, distances, hits = retrieve_targets(gpt2, datastore, (test_inputs, test_targets, test_weights),
                                                    args.batch_size)
         if args.neighbours:
             np.savez(args.neighbours, log_lm=log_lm, distances=distances, hits=hits)
@@ -143,7 +143,7 @@ def main():
         print(f"| {label} | {lam} | {temp} | {ppl:.2f} | {100 * (ppl / lm_held - 1):+.1f}% |")
 
     # The same numbers through KNNLM and evaluate_perplexity (tfam eval's function), and the cost per token.
-    knn = KNNLM(lm, datastore, interpolation=args.interpolation)
+    knn = KNNLM(gpt2, datastore, interpolation=args.interpolation)
     check = slice(0, args.check_batches * args.batch_size)
     check_blocks = (test_inputs[check], test_targets[check], test_weights[check])
     check_tokens = int(test_weights[check].sum())

@@ -38,7 +38,7 @@ def test_imitates_the_policy_conditioned_on_the_return():
     model = DecisionTransformer(STATE_DIM, NUM_ACTIONS, max_timestep=STEPS, hidden_dim=32, num_layers=2,
                                 num_heads=2, dropout=0.0, return_scale=STEPS)
     model.compile(keras.optimizers.AdamW(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    inputs, actions, _ = trajectories(2000, seed=0)
+    inputs, actions, _ = trajectories(1200, seed=0)
     model.fit(inputs, actions, batch_size=64, epochs=8, verbose=0)
 
     held_out, actions, expert = trajectories(300, seed=1)
