@@ -97,6 +97,7 @@ class EarlyExitLM(GenerationMixin, keras.Model):
         self.threshold_variable = keras.Variable(
             float(threshold), dtype="float32", trainable=False, name="threshold"
         )
+        self.built = backbone.built  # every weight exists (exports need it before any call)
 
     # ------------------------------------------------------------------ threshold
 
