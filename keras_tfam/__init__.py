@@ -10,10 +10,10 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_tfam import generation, layers, models, ops  # noqa: E402
+from keras_tfam import generation, layers, models, ops, retrieval  # noqa: E402
 
 __version__ = "0.2.0"
-__all__ = ["generation", "keras_backend", "layers", "models", "ops", "__version__"]
+__all__ = ["generation", "keras_backend", "layers", "models", "ops", "retrieval", "__version__"]
 
 
 def keras_backend():

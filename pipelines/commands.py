@@ -68,6 +68,10 @@ def _eval(args):
             f"--split {args.split} is a WikiText split: pass --data-dir (the folder holding it), or give a text "
             "file as --split"
         )
+    if args.knn_split is not None and not 0.0 <= args.knn_interpolation <= 1.0:
+        raise ValueError(f"`--knn-interpolation` must be in [0, 1]. Received: {args.knn_interpolation}")
+    if args.data_dir is None and args.knn_split is not None and is_named_split(args.knn_split):
+        raise ValueError(f"--knn-split {args.knn_split} is a WikiText split: pass --data-dir (the folder holding it)")
     lines = split_lines(args.data_dir, args.split)
     model, tokenizer = load_run(args.run, args.checkpoint)
     if tokenizer is None:
@@ -76,8 +80,30 @@ def _eval(args):
     tokens = tokenize_lines(tokenizer, lines)
     stream = stateful_lm_dataset if getattr(model, "stateful_stream", False) else lm_dataset  # XL: with memory
     dataset = stream(tokens, args.sequence_length, args.batch_size, tokenizer.eos_id)
+    knn = {}
+    if args.knn_split is not None:
+        if getattr(model, "stateful_stream", False):
+            raise ValueError(f"--knn-split needs a model without a stateful memory. Received: run={args.run!r}")
+        model, knn = _knn_lm(model, tokenizer, args)
     result = evaluate_perplexity(model, dataset, **text_units(tokenizer.kind, lines))
-    print(json.dumps({"split": args.split, **result}))
+    print(json.dumps({"split": args.split, **result, **knn}))
+
+
+def _knn_lm(model, tokenizer, args):
+    """`(KNNLM, its settings)`: `model` with a datastore of `--knn-split`'s blocks (Khandelwal et al. 2020)."""
+    from keras_tfam.models import KNNLM
+    from keras_tfam.retrieval import Datastore
+    from pipelines.data.lm_stream import make_blocks, tokenize_lines
+    from pipelines.data.wikitext import split_lines
+
+    tokens = tokenize_lines(tokenizer, split_lines(args.data_dir, args.knn_split))
+    inputs, targets, weights = make_blocks(tokens, args.sequence_length, tokenizer.eos_id)
+    datastore = Datastore.from_model(
+        model, inputs, targets, weights, args.batch_size, k=args.knn_k, temperature=args.knn_temperature
+    )
+    settings = {"knn_split": args.knn_split, "knn_entries": datastore.size, "knn_k": datastore.k,
+                "knn_interpolation": args.knn_interpolation, "knn_temperature": args.knn_temperature}
+    return KNNLM(model, datastore, interpolation=args.knn_interpolation), settings
 
 
 def _generate(args):
@@ -136,6 +162,11 @@ def add_commands(commands):
     evaluate.add_argument("--split", default="test", help="train, valid, test, or a text file or folder")
     evaluate.add_argument("--sequence-length", type=int, default=128)
     evaluate.add_argument("--batch-size", type=int, default=16)
+    knn = evaluate.add_argument_group("kNN-LM", "evaluate the model with a datastore of another split (KNNLM)")
+    knn.add_argument("--knn-split", help="the split (or text file) whose (context -> next token) pairs fill it")
+    knn.add_argument("--knn-k", type=int, default=64, help="neighbours per token")
+    knn.add_argument("--knn-interpolation", type=float, default=0.25, help="lambda of lambda p_kNN + (1 - lambda) p_LM")
+    knn.add_argument("--knn-temperature", type=float, default=1.0, help="the distances are divided by it")
     evaluate.set_defaults(handler=_eval)
 
     generate = commands.add_parser("generate", help="text from a prompt")

@@ -4,6 +4,12 @@ import numpy as np
 from reference import dense, gelu, layer_norm, multi_head_attention, rms_norm, scale_norm
 
 
+def projection_weights(attention):
+    """float64 `[wq, bq, wk, bk, wv, bv, wo, bo]` of an attention layer's four projections."""
+    dense_layers = (attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense)
+    return [np.asarray(w, np.float64) for d in dense_layers for w in d.get_weights()]
+
+
 def norm(layer, x):
     weights = [np.asarray(w, np.float64) for w in layer.get_weights()]
     name = type(layer).__name__

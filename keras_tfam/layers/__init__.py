@@ -1,5 +1,8 @@
 """Keras layers: attention, positions, normalization and Transformer blocks."""
 
+from keras_tfam.layers.adaptive.adaptive_computation_time import AdaptiveComputationTime
+from keras_tfam.layers.adaptive.universal_transformer import UniversalTransformer
+from keras_tfam.layers.attention.distance_aware_attention import DistanceAwareAttention, distance_rescale
 from keras_tfam.layers.attention.feature_maps import (
     EluFeatureMap,
     FeatureMap,
@@ -10,6 +13,7 @@ from keras_tfam.layers.attention.feature_maps import (
 from keras_tfam.layers.attention.linear_attention import LinearAttention
 from keras_tfam.layers.attention.linformer_attention import LinformerAttention
 from keras_tfam.layers.attention.lsh_attention import LSHAttention
+from keras_tfam.layers.attention.memorizing_attention import MemorizingAttention
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.attention.performer_attention import PerformerAttention
 from keras_tfam.layers.attention.random_feature_attention import RandomFeatureAttention
@@ -52,6 +56,11 @@ __all__ = [
     "AdaptiveSpan",
     "ComposedPosition",
     "HeadsPositionScheme",
+    "AdaptiveComputationTime",
+    "DistanceAwareAttention",
+    "MemorizingAttention",
+    "UniversalTransformer",
+    "distance_rescale",
     "CrossAttentionBlock",
     "PerceiverDecoder",
     "PerceiverEncoder",

@@ -288,12 +288,15 @@ class GPT2LM(GenerationMixin, keras.Model):
             for block, layer_cache in zip(self.transformer_blocks, cache)
         )
 
-    def call_with_cache(self, token_ids, cache, index, window=None):
+    def call_with_cache(self, token_ids, cache, index, window=None, return_hidden_states=False):
         """Runs `token_ids (B, T)` at positions `index ..` over the caches.
 
         Returns float32 logits `(B, T, V)` and the updated caches. With a
         `window`, attention sees at most the `window` most recent positions
-        and the caches are rings (`init_cache(..., window=window)`).
+        and the caches are rings (`init_cache(..., window=window)`). With
+        `return_hidden_states`, `(logits, hidden states (B, T, D), caches)`:
+        the final norm's output, the input of the softmax (what retrieval
+        models such as `KNNLM` key on).
         """
         if window is not None and not self.sliding_window_cache:
             raise ValueError(
@@ -316,7 +319,10 @@ class GPT2LM(GenerationMixin, keras.Model):
                 self_attention_window=window,
             )
             updated.append(layer_cache)
-        return self.logits(self.final_norm(hidden)), tuple(updated)
+        states = self.final_norm(hidden)
+        if return_hidden_states:
+            return self.logits(states), states, tuple(updated)
+        return self.logits(states), tuple(updated)
 
     def logits(self, hidden):
         """Float32 vocabulary logits of hidden states, through the tied embedding."""

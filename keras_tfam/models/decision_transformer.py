@@ -1,0 +1,188 @@
+"""Decision Transformer (Chen et al. 2021): offline RL as return-conditioned sequence modelling."""
+
+import keras
+from keras import ops
+
+from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
+from keras_tfam.utils import base_model_config, check_positive_int, head_size
+
+_INPUTS = ("returns_to_go", "states", "actions", "timesteps")
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class DecisionTransformer(keras.Model):
+    """A GPT-2 decoder over (return-to-go, state, action) tokens that predicts actions.
+
+    Chen et al. 2021. A trajectory of `T` steps becomes the `3T` tokens
+    `R_1, s_1, a_1, R_2, s_2, a_2, ...`, where `R_t` is the return-to-go
+    (the sum of the rewards from step `t` on). Each modality has its own
+    embedding (linear for the scalar return and the state vector, a table for
+    the discrete action) and a learned embedding of the environment timestep
+    `t` is added to all three tokens of the step; then a LayerNorm, dropout
+    and a causal stack of pre-norm GPT-2 blocks (no other position
+    embedding, as in the paper). The action `a_t` is predicted from the
+    output at the `s_t` token, which sees `R_1..R_t`, `s_1..s_t` and
+    `a_1..a_{t-1}`: at evaluation, condition on the return you want and
+    feed the actions taken so far (the action input of the last step is not
+    read for its own prediction).
+
+    Actions are discrete (cross-entropy on the logits, as in the paper's
+    Atari experiments).
+
+    Args:
+        state_dim: size of a state vector.
+        num_actions: number of discrete actions.
+        max_timestep: size of the timestep embedding table (timesteps are
+            in `[0, max_timestep)`).
+        hidden_dim: model width.
+        num_layers: decoder blocks.
+        num_heads: attention heads.
+        intermediate_dim: feed-forward width; default `4 * hidden_dim`.
+        dropout: dropout on the embeddings, residual branches and attention.
+        return_scale: returns-to-go are divided by it before embedding (the
+            paper scales by the environment's return range).
+
+    Call arguments:
+        inputs: a dict of `returns_to_go` float `(B, T)`, `states` float
+            `(B, T, state_dim)`, `actions` int `(B, T)`, `timesteps` int
+            `(B, T)`, all with the same `T`.
+
+    Returns:
+        float32 action logits `(B, T, num_actions)`; row `t` predicts `a_t`.
+
+    Example:
+
+    >>> model = DecisionTransformer(state_dim=11, num_actions=4, max_timestep=1000)
+    >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> model.fit({"returns_to_go": R, "states": S, "actions": A, "timesteps": t}, A)
+    >>> next_action = model.predict(trajectory)[:, -1].argmax(-1)
+    """
+
+    def __init__(
+        self,
+        state_dim,
+        num_actions,
+        max_timestep,
+        hidden_dim=128,
+        num_layers=3,
+        num_heads=1,
+        intermediate_dim=None,
+        dropout=0.1,
+        return_scale=1.0,
+        **kwargs,
+    ):
+        for name, value in (
+            ("state_dim", state_dim),
+            ("num_actions", num_actions),
+            ("max_timestep", max_timestep),
+            ("hidden_dim", hidden_dim),
+            ("num_layers", num_layers),
+            ("num_heads", num_heads),
+        ):
+            check_positive_int(name, value)
+        head_size("hidden_dim", hidden_dim, num_heads)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        if not return_scale > 0:
+            raise ValueError(f"`return_scale` must be positive. Received: return_scale={return_scale}")
+        intermediate_dim = intermediate_dim or 4 * hidden_dim
+        dtype = kwargs.pop("dtype", None)
+        initializer = keras.initializers.RandomNormal(stddev=0.02)
+
+        # === Layers ===
+        self.return_embedding = keras.layers.Dense(hidden_dim, dtype=dtype, name="return_embedding")
+        self.state_embedding = keras.layers.Dense(hidden_dim, dtype=dtype, name="state_embedding")
+        self.action_embedding = keras.layers.Embedding(
+            num_actions, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="action_embedding"
+        )
+        self.timestep_embedding = keras.layers.Embedding(
+            max_timestep, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="timestep_embedding"
+        )
+        self.embedding_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=dtype, name="embedding_norm")
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embedding_dropout")
+        self.transformer_blocks = [
+            TransformerDecoderBlock(
+                num_heads,
+                intermediate_dim,
+                dropout=dropout,
+                attention_dropout=dropout,
+                activation="gelu_tanh",
+                norm_position="pre",
+                kernel_initializer=initializer,
+                dtype=dtype,
+                name=f"transformer_block_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=dtype, name="final_norm")
+        self.action_head = keras.layers.Dense(num_actions, dtype=dtype, name="action_head")
+
+        # === Functional model ===
+        inputs = {
+            "returns_to_go": keras.Input((None,), dtype="float32", name="returns_to_go"),
+            "states": keras.Input((None, state_dim), dtype="float32", name="states"),
+            "actions": keras.Input((None,), dtype="int32", name="actions"),
+            "timesteps": keras.Input((None,), dtype="int32", name="timesteps"),
+        }
+        time = self.timestep_embedding(inputs["timesteps"])  # [B, T, D]
+        returns = ops.expand_dims(inputs["returns_to_go"], -1) / return_scale
+        tokens = ops.stack(
+            [
+                self.return_embedding(returns) + time,
+                self.state_embedding(inputs["states"]) + time,
+                self.action_embedding(inputs["actions"]) + time,
+            ],
+            axis=2,
+        )  # [B, T, 3, D]: R_t, s_t, a_t
+        hidden = keras.layers.Reshape((-1, hidden_dim), name="interleave")(tokens)  # [B, 3T, D]: R_1, s_1, a_1, ...
+        hidden = self.embedding_dropout(self.embedding_norm(hidden))
+        for block in self.transformer_blocks:
+            hidden = block(hidden)
+        hidden = keras.layers.Reshape((-1, 3, hidden_dim), name="steps")(self.final_norm(hidden))  # [B, T, 3, D]
+        logits = ops.cast(self.action_head(hidden[:, :, 1]), "float32")  # read at the s_t tokens
+        super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.state_dim = state_dim
+        self.num_actions = num_actions
+        self.max_timestep = max_timestep
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.return_scale = return_scale
+
+    def call(self, inputs, training=None, mask=None):
+        self._check_trajectory(inputs)
+        return super().call(inputs, training=training, mask=mask)
+
+    def _check_trajectory(self, inputs):
+        if not isinstance(inputs, dict) or set(inputs) != set(_INPUTS):
+            got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+            raise ValueError(f"`inputs` must be a dict with keys {list(_INPUTS)}. Received: {got}")
+        lengths = {name: inputs[name].shape[1] for name in _INPUTS}
+        known = {length for length in lengths.values() if length is not None}
+        if len(known) > 1:
+            raise ValueError(
+                "Every part of a trajectory must have the same number of steps (axis 1). Received: "
+                + ", ".join(f"{name}.shape={tuple(inputs[name].shape)}" for name in _INPUTS)
+            )
+
+    def get_config(self):
+        return {
+            **base_model_config(self),
+            "state_dim": self.state_dim,
+            "num_actions": self.num_actions,
+            "max_timestep": self.max_timestep,
+            "hidden_dim": self.hidden_dim,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "return_scale": self.return_scale,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,88 @@
+"""Calibrating an early-exit threshold on a validation split: grid search, or Learn-then-Test (CALM)."""
+
+import math
+
+import numpy as np
+
+
+def _sorted_thresholds(thresholds):
+    thresholds = sorted({float(t) for t in thresholds}, reverse=True)
+    if not thresholds:
+        raise ValueError("`thresholds` is empty: give at least one candidate threshold")
+    bad = [t for t in thresholds if not 0.0 <= t <= 1.0]
+    if bad:
+        raise ValueError(f"Every threshold must be in [0, 1]. Received: threshold={bad[0]}")
+    return thresholds
+
+
+def _check_tolerance(tolerance):
+    if not 0.0 < tolerance < 1.0:
+        raise ValueError(f"`tolerance` must be in (0, 1). Received: tolerance={tolerance}")
+
+
+def _risks(risk, threshold):
+    values = np.asarray(risk(threshold), np.float64).reshape(-1)
+    if values.size == 0 or np.any(values < 0.0) or np.any(values > 1.0):
+        raise ValueError(
+            f"`risk({threshold})` must return per-example losses in [0, 1]; got {values.size} values "
+            f"in [{values.min() if values.size else 'n/a'}, {values.max() if values.size else 'n/a'}]"
+        )
+    return values
+
+
+def grid_search_threshold(risk, thresholds, tolerance):
+    """The smallest threshold whose empirical risk on the calibration data is at most `tolerance`.
+
+    Args:
+        risk: `threshold -> (n,)` per-example losses in `[0, 1]` (for
+            instance the fraction of a sequence's tokens whose early-exit
+            prediction differs from the full model's).
+        thresholds: candidates in `[0, 1]`.
+        tolerance: the largest acceptable mean risk `delta`.
+
+    Returns:
+        `(threshold, records)`: the chosen threshold (`1.0`, never exiting,
+        when no candidate qualifies) and one `{"threshold", "risk"}` dict per
+        candidate, largest threshold first.
+    """
+    _check_tolerance(tolerance)
+    records = [{"threshold": t, "risk": float(_risks(risk, t).mean())} for t in _sorted_thresholds(thresholds)]
+    passing = [r["threshold"] for r in records if r["risk"] <= tolerance]
+    return (min(passing) if passing else 1.0), records
+
+
+def learn_then_test(risk, thresholds, tolerance, epsilon=0.05):
+    """CALM's calibration: Learn-then-Test with fixed-sequence testing (Angelopoulos et al. 2021).
+
+    Candidates are tested from the largest (safest) down. For each, the null
+    hypothesis "the expected risk exceeds `tolerance`" gets the Hoeffding
+    p-value `exp(-2 n (tolerance - mean risk)_+^2)` over the `n` calibration
+    examples; testing stops at the first candidate whose p-value exceeds
+    `epsilon`. The smallest rejected null gives a threshold whose risk is at
+    most `tolerance` with probability at least `1 - epsilon` (over the draw
+    of the calibration set), for the same distribution.
+
+    Args:
+        risk: `threshold -> (n,)` per-example losses in `[0, 1]`.
+        thresholds: candidates in `[0, 1]`.
+        tolerance: `delta`, in `(0, 1)`.
+        epsilon: allowed probability of a wrong guarantee, in `(0, 1)`.
+
+    Returns:
+        `(threshold, records)`: the smallest accepted threshold (`1.0`,
+        never exiting, when even the first fails) and one
+        `{"threshold", "risk", "p_value"}` dict per tested candidate.
+    """
+    _check_tolerance(tolerance)
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(f"`epsilon` must be in (0, 1). Received: epsilon={epsilon}")
+    chosen, records = 1.0, []
+    for threshold in _sorted_thresholds(thresholds):
+        values = _risks(risk, threshold)
+        mean = float(values.mean())
+        p_value = math.exp(-2.0 * values.size * max(tolerance - mean, 0.0) ** 2)
+        records.append({"threshold": threshold, "risk": mean, "p_value": p_value})
+        if p_value > epsilon:
+            break
+        chosen = threshold
+    return chosen, records
