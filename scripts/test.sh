@@ -2,6 +2,8 @@
 # Creates (or reuses) .venv, installs keras_tfam with its test extra, runs the tests: the whole suite
 # on TensorFlow, then the backend-neutral library (layer harness, ops, generation, GPT-2 cached ==
 # uncached, Hugging Face parity) again on JAX. Arguments go to a single pytest run instead.
+# Two pytest workers (pytest-xdist), a test file each at a time: most tests are small models whose
+# time goes to tracing and compiling on one core, so two at once keep both cores busy.
 # pytest exits non-zero when it fails or collects no test, and so does this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +13,7 @@ python3 -m venv .venv
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/python -m pytest -q "$@"
 fi
-.venv/bin/python -m pytest -q
+.venv/bin/python -m pytest -q -n 2 --dist loadfile
 echo "== the library on the JAX backend"
-KERAS_BACKEND=jax .venv/bin/python -m pytest -q -m "not training" tests/ops tests/layers tests/generation \
+KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" tests/ops tests/layers tests/generation \
   tests/models/test_gpt2_lm.py tests/convert/test_huggingface_gpt2.py
