@@ -11,9 +11,12 @@ Tokens/s count new tokens only, median of 3 calls after a compiling call.
 
 Also timed: decoding with bfloat16 weights (`keras_tfam.generation.with_dtype`,
 the tied head included), whose greedy tokens are compared with float32's
-position by position, teacher-forced on the float32 output, and a floor: the
-bytes of the weights read once per step at the memory bandwidth measured here
-(a float32 copy of the weights), which bounds batch-1 decoding of this model.
+position by position, teacher-forced on the float32 output, and two floors:
+the bytes of the weights read once per step at the memory bandwidth measured
+here (a float32 copy of the weights), which bounds batch-1 decoding of this
+model, and the decoding loop of the model's matmuls alone under XLA
+(`generate.matmul_floor_seconds` at GPT-2 small's sizes), which bounds any
+float32 implementation compiled by XLA at each batch size.
 """
 
 import argparse
@@ -26,6 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from generate import matmul_floor_seconds  # noqa: E402
 from timing import machine, median_seconds  # noqa: E402
 
 from keras_tfam.generation import with_dtype  # noqa: E402
@@ -98,6 +102,12 @@ def main():
         print(
             f"batch {batch}: float32 steps/s {args.new / t_ours:6.1f} = "
             f"{100 * (args.new / t_ours) / (bandwidth * 1e9 / (4 * weights)):.0f}% of the weight-reading bound"
+        )
+        floor = args.new / matmul_floor_seconds(batch, args.new, width=768, layers=12, vocab=50257)
+        print(
+            f"batch {batch}: matmuls only (floor) {floor:6.1f} steps/s = {batch * floor:7.1f} tok/s = "
+            f"{batch * floor * t_theirs / tokens:5.2f}x transformers; keras_tfam float32 at "
+            f"{100 * (args.new / t_ours) / floor:.0f}% of it"
         )
         if not same:
             raise SystemExit("float32 tokens differ from transformers'")
