@@ -84,7 +84,7 @@ def evaluate_with_memory(model, tokens, eos, segment):
 
     @tf.function(jit_compile=True)
     def step(inputs, targets, weights, memory):
-        logits, memory = model.call_with_cache(inputs, memory)
+        logits, memory, _ = model.call_with_cache(inputs, memory)
         nll = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
         return tf.reduce_sum(nll * weights), tf.reduce_sum(weights), memory
 

@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from keras_tfam import generation, layers, models, ops, retrieval  # noqa: E402
+from keras_tfam import convert  # noqa: E402  (after the models it fills: registers their loaders)
 
 __version__ = "0.2.0"
 __all__ = ["generation", "keras_backend", "layers", "models", "ops", "retrieval", "__version__"]

@@ -4,10 +4,27 @@ import keras
 import numpy as np
 
 
+def is_integer(value):
+    """Whether `value` is an integer of any integer type: a Python int or a NumPy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def check_positive_int(name, value):
-    """Raises a `ValueError` naming `name` unless `value` is an int >= 1 (not a bool)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    """`value` as a Python int; a `ValueError` naming `name` unless it is an integer >= 1.
+
+    Integers of any integer type are accepted (`4`, `np.int64(4)`); bools,
+    floats (even `3.0`), strings and non-positive values are refused.
+    """
+    if not is_integer(value) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_non_negative_int(name, value):
+    """`value` as a Python int; a `ValueError` naming `name` unless it is an integer >= 0 (not a bool)."""
+    if not is_integer(value) or value < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer. Received: {name}={value!r}")
+    return int(value)
 
 
 def head_size(label, width, num_heads):
@@ -44,7 +61,7 @@ def static_int(value):
     execution). Inside a traced function (XLA, `tf.function`, `jax.jit`)
     a tensor has no value yet, and checks that need one are skipped.
     """
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if is_integer(value):
         return int(value)
     try:
         array = keras.ops.convert_to_numpy(value)
@@ -54,13 +71,25 @@ def static_int(value):
 
 
 def check_window(window):
-    """`window` checked: `None`, a positive int, or a scalar int tensor (positive when known)."""
-    if window is None:
-        return None
-    if hasattr(window, "shape"):
+    """`window` checked: `None`, a positive integer (returned as a Python int), or a scalar int tensor.
+
+    A tensor must have an integer dtype and no axes; its value is checked
+    (`>= 1`) when it is known now (see `static_int`). Floats (`2.5`,
+    `np.float32(3)`, a float tensor), bools and windows below 1 are refused:
+    a mask `i - j < 2.5` would silently be a window of 3, and a window of 0
+    would hide every key.
+    """
+    if window is None or is_integer(window):
+        return None if window is None else check_positive_int("window", window)
+    if hasattr(window, "shape") and hasattr(window, "dtype") and not isinstance(window, np.generic):
+        dtype = keras.backend.standardize_dtype(window.dtype)
+        if len(window.shape) != 0 or not dtype.startswith(("int", "uint")):
+            raise ValueError(
+                f"`window` must be a positive integer or a scalar integer tensor. Received: window=a {dtype} "
+                f"tensor of shape {tuple(window.shape)}"
+            )
         known = static_int(window)
         if known is not None and known < 1:
             raise ValueError(f"`window` must be a positive integer. Received: window={known}")
         return window
-    check_positive_int("window", window)
-    return window
+    raise ValueError(f"`window` must be a positive integer. Received: window={window!r}")

@@ -63,6 +63,16 @@ def _data_stats(args):
     print(json.dumps(stats))
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one `tfam: error: ...` line (exit code 2), like every other error of the command line.
+
+    Sub-command parsers are of this class too (`add_subparsers` makes them of their parent's class).
+    """
+
+    def error(self, message):
+        self.exit(2, f"tfam: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def _add_verbose(parser, top_level=False):
     # On the sub-commands too, so that `tfam train ... --verbose` works; there
     # the default must not overwrite a `tfam --verbose train ...`.
@@ -75,7 +85,7 @@ def _add_verbose(parser, top_level=False):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="tfam", description="keras_tfam pipelines")
+    parser = _Parser(prog="tfam", description="keras_tfam pipelines")
     _add_verbose(parser, top_level=True)
     commands = parser.add_subparsers(dest="command", required=True)
 

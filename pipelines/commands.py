@@ -1,6 +1,7 @@
 """The `tfam` training, evaluation, generation and export commands (see pipelines.cli)."""
 
 import json
+import math
 import os
 
 
@@ -54,28 +55,62 @@ def load_run(run_dir, checkpoint="best"):
             notice(f"{error}: using {os.path.basename(paths[index + 1])} instead")
 
 
+def check_eval_args(args):
+    """Raises a `ValueError` naming the first `tfam eval` number out of range, before any work."""
+    for name in ("sequence_length", "batch_size", "knn_k"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"`--{name.replace('_', '-')}` must be positive. Received: {name}={value}")
+    if args.knn_split is None:
+        return
+    # At 1 the LM's part is gone: a token no neighbour holds has probability 0 (infinite perplexity).
+    if not 0.0 <= args.knn_interpolation < 1.0:
+        raise ValueError(f"`--knn-interpolation` must be in [0, 1). Received: knn_interpolation={args.knn_interpolation}")
+    if not 0.0 < args.knn_temperature < math.inf:
+        raise ValueError(
+            f"`--knn-temperature` must be positive and finite. Received: knn_temperature={args.knn_temperature}"
+        )
+
+
+def run_sequence_length(run_dir, model):
+    """The windows a run was trained on: its `config.json`'s `sequence_length`, else the model's context.
+
+    A `.keras` file (no config) or a damaged config gives `model.max_length`,
+    and a model without a context limit 128.
+    """
+    path = os.path.join(run_dir, "config.json") if os.path.isdir(run_dir) else None
+    if path is not None and os.path.isfile(path):
+        try:
+            with open(path) as f:
+                length = json.load(f).get("sequence_length")
+        except (OSError, ValueError, AttributeError):
+            length = None
+        if isinstance(length, int) and not isinstance(length, bool) and length >= 1:
+            return length if model.max_length is None else min(length, model.max_length)
+    return model.max_length or 128
+
+
 def _eval(args):
     from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset, tokenize_lines
     from pipelines.data.wikitext import is_named_split, split_lines
-    from pipelines.evaluation import evaluate_perplexity, text_units
+    from pipelines.errors import Failure
+    from pipelines.evaluation import Progress, evaluate_perplexity, show_progress, text_units
     from pipelines.training import check_sequence_length
 
-    for name in ("sequence_length", "batch_size"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"`--{name.replace('_', '-')}` must be positive. Received: {name}={getattr(args, name)}")
+    check_eval_args(args)
     if args.data_dir is None and is_named_split(args.split):
         raise ValueError(
             f"--split {args.split} is a WikiText split: pass --data-dir (the folder holding it), or give a text "
             "file as --split"
         )
-    if args.knn_split is not None and not 0.0 <= args.knn_interpolation <= 1.0:
-        raise ValueError(f"`--knn-interpolation` must be in [0, 1]. Received: {args.knn_interpolation}")
     if args.data_dir is None and args.knn_split is not None and is_named_split(args.knn_split):
         raise ValueError(f"--knn-split {args.knn_split} is a WikiText split: pass --data-dir (the folder holding it)")
     lines = split_lines(args.data_dir, args.split)
     model, tokenizer = load_run(args.run, args.checkpoint)
     if tokenizer is None:
         raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
+    if args.sequence_length is None:
+        args.sequence_length = run_sequence_length(args.run, model)
     check_sequence_length(model, args.sequence_length)
     tokens = tokenize_lines(tokenizer, lines)
     stream = stateful_lm_dataset if getattr(model, "stateful_stream", False) else lm_dataset  # XL: with memory
@@ -85,8 +120,14 @@ def _eval(args):
         if getattr(model, "stateful_stream", False):
             raise ValueError(f"--knn-split needs a model without a stateful memory. Received: run={args.run!r}")
         model, knn = _knn_lm(model, tokenizer, args)
-    result = evaluate_perplexity(model, dataset, **text_units(tokenizer.kind, lines))
-    print(json.dumps({"split": args.split, **result, **knn}))
+    progress = Progress(int(tokens.size)) if show_progress(args.quiet) else None
+    result = evaluate_perplexity(model, dataset, progress=progress, **text_units(tokenizer.kind, lines))
+    if not math.isfinite(result["loss"]):
+        raise Failure(
+            f"the loss on {args.split} is {result['loss']} ({result['tokens']} tokens): the run's weights or the "
+            "kNN settings give no finite log-probability"
+        )
+    print(json.dumps({"split": args.split, "sequence_length": args.sequence_length, **result, **knn}))
 
 
 def _knn_lm(model, tokenizer, args):
@@ -112,10 +153,14 @@ def _generate(args):
 
     from keras_tfam.generation import TopKSampler, TopPSampler, get_sampler
 
+    if not math.isfinite(args.temperature):
+        raise ValueError(f"`--temperature` must be a finite number (<= 0 for greedy). Received: temperature={args.temperature}")
     model, tokenizer = load_run(args.run, args.checkpoint)
     if tokenizer is None:
         raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
-    if args.sampler == "top_k":
+    if args.temperature <= 0:  # as the exported `generate` signature: greedy
+        sampler = get_sampler("greedy")
+    elif args.sampler == "top_k":
         sampler = TopKSampler(args.top_k, args.temperature)
     elif args.sampler == "top_p":
         sampler = TopPSampler(args.top_p, args.temperature)
@@ -160,12 +205,18 @@ def add_commands(commands):
     run_arguments(evaluate)
     evaluate.add_argument("--data-dir", help="folder of the WikiText splits (not needed when --split is a file)")
     evaluate.add_argument("--split", default="test", help="train, valid, test, or a text file or folder")
-    evaluate.add_argument("--sequence-length", type=int, default=128)
+    evaluate.add_argument(
+        "--sequence-length", type=int, default=None,
+        help="tokens per window (default: the length the run was trained on)",
+    )
     evaluate.add_argument("--batch-size", type=int, default=16)
+    evaluate.add_argument("--quiet", action="store_true", help="no progress line on stderr (none off a terminal)")
     knn = evaluate.add_argument_group("kNN-LM", "evaluate the model with a datastore of another split (KNNLM)")
     knn.add_argument("--knn-split", help="the split (or text file) whose (context -> next token) pairs fill it")
     knn.add_argument("--knn-k", type=int, default=64, help="neighbours per token")
-    knn.add_argument("--knn-interpolation", type=float, default=0.25, help="lambda of lambda p_kNN + (1 - lambda) p_LM")
+    knn.add_argument(
+        "--knn-interpolation", type=float, default=0.25, help="lambda of lambda p_kNN + (1 - lambda) p_LM, in [0, 1)"
+    )
     knn.add_argument("--knn-temperature", type=float, default=1.0, help="the distances are divided by it")
     evaluate.set_defaults(handler=_eval)
 
@@ -174,7 +225,7 @@ def add_commands(commands):
     generate.add_argument("--prompt", action="append", help="repeat for several prompts")
     generate.add_argument("--max-new-tokens", type=int, default=40)
     generate.add_argument("--sampler", default="top_p", choices=tuple(SAMPLERS))
-    generate.add_argument("--temperature", type=float, default=1.0)
+    generate.add_argument("--temperature", type=float, default=1.0, help="<= 0: greedy (as the exported signature)")
     generate.add_argument("--top-k", type=int, default=50)
     generate.add_argument("--top-p", type=float, default=0.9)
     generate.add_argument("--seed", type=int, default=0)

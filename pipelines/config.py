@@ -8,17 +8,23 @@ a flag too, stored in `model_options`: the pipeline does not re-list them.
 Unknown keys and invalid values are errors raised before any work starts.
 """
 
+import argparse
 import dataclasses
 import json
 import math
 import os
 from typing import Optional
 
+import numpy as np
+
 from keras_tfam.models.presets import PRESETS, check_model_option, get_preset, model_options
+from keras_tfam.utils import is_integer
 from pipelines.data.tokenizers import TOKENIZERS as TOKENIZER_CLASSES
 from pipelines.data.wikitext import WIKITEXT_VARIANTS
 
 TOKENIZERS = tuple(TOKENIZER_CLASSES)
+# Float model options with a lower bound: name -> (bound, whether the bound itself is allowed).
+FLOAT_OPTION_MINIMUMS = {"norm_epsilon": (0.0, False), "span_penalty": (0.0, True), "reconstruction_weight": (0.0, True)}
 # The smallest vocabulary each tokenizer can have: word and char need their
 # end-of-line and unknown tokens, byte-level BPE its 256 bytes and <|endoftext|>.
 MIN_VOCABULARY_SIZE = {"word": 2, "char": 2, "bpe": 257}
@@ -70,9 +76,17 @@ class TrainConfig:
         self._check_types()
         if not isinstance(self.model_options, dict):
             raise ValueError(f"Invalid config: `model_options` must be a mapping. Received: {self.model_options!r}")
-        model_class, _ = get_preset(self.model)
-        for name, value in self.model_options.items():
-            check_model_option(model_class, name, value)
+        model_class, preset_arguments = get_preset(self.model)
+        self.model_options = {
+            name: check_model_option(model_class, name, value) for name, value in self.model_options.items()
+        }
+        settings = {**preset_arguments, **self.model_options}
+        if "local_layers" in self.model_options and settings.get("local_window") is None:
+            raise ValueError(
+                "Invalid config: `local_layers` says which layers are local, and there are none without "
+                f"`local_window`: set it too. Received: local_layers={self.model_options['local_layers']!r}, "
+                "local_window=None"
+            )
         checks = [
             ("tokenizer", self.tokenizer in TOKENIZERS, f"one of {TOKENIZERS}"),
             ("precision", self.precision in PRECISIONS, f"one of {PRECISIONS}"),
@@ -90,6 +104,10 @@ class TrainConfig:
         checks.append(("weight_decay", self.weight_decay >= 0, "non-negative"))
         dropout = self.model_options.get("dropout")
         checks.append(("dropout", dropout is None or 0 <= dropout < 1, "in [0, 1)"))
+        for name, (minimum, inclusive) in FLOAT_OPTION_MINIMUMS.items():
+            value = self.model_options.get(name)
+            ok = value is None or (value >= minimum if inclusive else value > minimum)
+            checks.append((name, ok, "non-negative" if inclusive else "positive"))
         for name in ("beta_1", "beta_2"):
             checks.append((name, 0 <= getattr(self, name) < 1, "in [0, 1)"))
         minimum = MIN_VOCABULARY_SIZE.get(self.tokenizer, 2)
@@ -130,10 +148,14 @@ class TrainConfig:
             if value is None and field.type in (Optional[int], Optional[float], Optional[str]):
                 continue
             if field.type in (int, Optional[int]):
-                ok, expected = isinstance(value, int) and not isinstance(value, bool), "an integer"
+                ok, expected = is_integer(value), "an integer"
+                if ok:
+                    setattr(self, name, int(value))  # a NumPy integer too, stored as a Python int
             elif field.type in (float, Optional[float]):
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                ok = (is_integer(value) or isinstance(value, (float, np.floating))) and math.isfinite(value)
                 expected = "a finite number"
+                if ok:
+                    setattr(self, name, int(value) if is_integer(value) else float(value))
             else:
                 ok, expected = isinstance(value, str), "a string"
             if not ok:
@@ -197,7 +219,15 @@ def load_config(name_or_path="gpt2_tiny", overrides=None):
         values = dict(NAMED_CONFIGS[name_or_path])
     elif os.path.isfile(name_or_path):
         with open(name_or_path) as f:
-            values = json.load(f)
+            try:
+                values = json.load(f)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"Invalid config: {name_or_path!r} is not valid JSON ({error})") from None
+        if not isinstance(values, dict):
+            raise ValueError(
+                f"Invalid config: {name_or_path!r} must hold a JSON object of config keys and values. "
+                f"Received: a JSON {_json_kind(values)}"
+            )
     else:
         raise ValueError(
             f"`--config` must be one of {tuple(NAMED_CONFIGS)} or a JSON file. Received: config={name_or_path!r}"
@@ -209,11 +239,43 @@ def load_config(name_or_path="gpt2_tiny", overrides=None):
     return TrainConfig(**{**values, **overrides}, model_options={**options, **option_overrides}).validate()
 
 
+def _json_kind(value):
+    """What a parsed JSON value is, in JSON's words."""
+    for kind, name in ((dict, "object"), (list, "list"), (str, "string"), (bool, "boolean"), (type(None), "null")):
+        if isinstance(value, kind):
+            return name
+    return "number"
+
+
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def parse_bool(text):
+    """`True` or `False` from the usual spellings (true/false, yes/no, on/off, 1/0; any case)."""
+    value = BOOLEANS.get(str(text).strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(
+            f"must be a boolean: true/false, yes/no, on/off or 1/0 (any case). Received: {text!r}"
+        )
+    return value
+
+
+def parse_json_object(text):
+    """A JSON object (a dict) from a flag's text."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"must be a JSON object ({error}). Received: {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object. Received: a JSON {_json_kind(value)}, {text!r}")
+    return value
+
+
 def _flag_type(kind):
     if kind is bool:
-        return lambda text: {"true": True, "false": False}[text.lower()]
+        return parse_bool
     if kind is dict:
-        return json.loads
+        return parse_json_object
     if isinstance(kind, tuple):
         return str
     return kind

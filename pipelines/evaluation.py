@@ -10,6 +10,8 @@ the character-level literature.
 """
 
 import math
+import sys
+import time
 
 import keras
 import tensorflow as tf
@@ -35,7 +37,10 @@ def text_units(tokenizer_kind, lines):
 def _weighted_nll(targets, logits, weights):
     nll = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
     weights = tf.cast(weights, tf.float64)
-    return tf.reduce_sum(tf.cast(nll, tf.float64) * weights), tf.reduce_sum(weights)
+    # Padding (weight 0) is left out, not multiplied by 0: an infinite NLL there (a model giving a
+    # token probability 0, as kNN-LM with interpolation 1) would make the sum NaN.
+    nll = tf.where(weights > 0, tf.cast(nll, tf.float64), tf.zeros_like(weights))
+    return tf.reduce_sum(nll * weights), tf.reduce_sum(weights)
 
 
 class StreamNLL:
@@ -53,7 +58,7 @@ class StreamNLL:
 
         @tf.function
         def step(inputs, targets, weights, memory):
-            logits, memory = model.call_with_cache(inputs, memory)
+            logits, memory, _ = model.call_with_cache(inputs, memory)
             return (*_weighted_nll(targets, logits, weights), memory)
 
         self._step = step
@@ -92,7 +97,75 @@ def nll_function(model, strategy=None):
     return step
 
 
-def evaluate_perplexity(model, dataset, num_words=None, strategy=None, step=None, num_characters=None):
+class Progress:
+    """How far an evaluation is, on one line of a terminal: tokens done, tokens per second, time left.
+
+    The line is redrawn in place (`\\r`) at most every `interval` seconds and
+    ended by `close()` with the totals, as Keras' progress bar does for
+    `fit`. Commands show it only on a terminal (`show_progress`).
+
+    Args:
+        total: the tokens the evaluation will score (`None`: unknown, no
+            percentage or time left).
+        label: what is measured, first on the line.
+        stream: where to write (default `sys.stderr`).
+        interval: seconds between redraws.
+        clock: a monotonic clock in seconds.
+    """
+
+    def __init__(self, total=None, label="eval", stream=None, interval=0.5, clock=time.monotonic):
+        self.total = total
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.interval = interval
+        self.clock = clock
+        self.start = clock()
+        self.shown = None
+        self.width = 0
+
+    def update(self, done):
+        now = self.clock()
+        if self.shown is not None and now - self.shown < self.interval:
+            return
+        self.shown = now
+        elapsed = now - self.start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        counted = f"{done:,}/{self.total:,} tokens ({100.0 * done / self.total:.0f}%)" if self.total else f"{done:,} tokens"
+        parts = [f"{self.label}: {counted}"]
+        if rate > 0:
+            parts.append(f"{rate:,.0f} tokens/s")
+            if self.total and done < self.total:
+                parts.append(f"ETA {_duration((self.total - done) / rate)}")
+        self._draw(", ".join(parts))
+
+    def close(self, done):
+        elapsed = self.clock() - self.start
+        rate = f", {done / elapsed:,.0f} tokens/s" if elapsed > 0 else ""
+        self._draw(f"{self.label}: {done:,} tokens in {_duration(elapsed)}{rate}")
+        self.stream.write("\n")
+        self.stream.flush()
+
+    def _draw(self, line):
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+
+def show_progress(quiet=False, stream=None):
+    """Whether to show a `Progress` line: not `quiet`, and `stream` (stderr) is a terminal."""
+    stream = stream or sys.stderr
+    return not quiet and hasattr(stream, "isatty") and stream.isatty()
+
+
+def _duration(seconds):
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def evaluate_perplexity(
+    model, dataset, num_words=None, strategy=None, step=None, num_characters=None, progress=None
+):
     """Token loss and perplexity, and word perplexity or bits per character, of `model` on `dataset`.
 
     Args:
@@ -102,6 +175,8 @@ def evaluate_perplexity(model, dataset, num_words=None, strategy=None, step=None
         num_words: words of the split, `<eos>` included (None: no word perplexity).
         num_characters: characters of the split, one newline per line
             included (None: no bits per character).
+        progress: a `Progress` told the tokens scored after each batch, or
+            `None`.
 
     Returns:
         dict with `loss` (mean NLL per token, nats), `token_perplexity`,
@@ -117,6 +192,10 @@ def evaluate_perplexity(model, dataset, num_words=None, strategy=None, step=None
         batch_total, batch_count = step(inputs, targets, weights)
         total += float(batch_total)
         count += float(batch_count)
+        if progress is not None:
+            progress.update(int(count))
+    if progress is not None:
+        progress.close(int(count))
     if count == 0:
         raise ValueError("The evaluation stream delivered no token")
     result = {"loss": total / count, "token_perplexity": math.exp(min(total / count, 700.0)), "tokens": int(count)}

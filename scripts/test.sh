@@ -16,8 +16,13 @@ fi
 .venv/bin/python -m pytest -q -n 2 --dist loadfile
 echo "== the library on the JAX backend"
 # On JAX: every layer through the shared harness (config, save/load, symbolic, compiled fit step, mixed
-# precision), the ops, generation, GPT-2 cached == uncached and Hugging Face parity. The layers' NumPy
-# references run on TensorFlow above; the math they check is keras.ops, the same on every backend.
+# precision), the ops, generation, the attention contract (every kind x every option: full pass ==
+# decoding), GPT-2 cached == uncached and Hugging Face parity. The layers' NumPy references run on
+# TensorFlow above; the math they check is keras.ops, the same on every backend.
 KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" tests/ops tests/generation \
+  tests/layers/attention/test_attention_contract.py \
   tests/models/test_gpt2_lm.py tests/convert/test_huggingface_gpt2.py tests/test_backend_neutral.py
+# A GPT-2 of every attention kind generates the argmax of its full pass (full pass == decoding: the contract above),
+# its tests spread over both workers.
+KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist load -k "gpt2_ and greedy" tests/models/test_decoding_models.py
 KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -k Harness tests/layers

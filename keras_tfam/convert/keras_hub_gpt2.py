@@ -3,8 +3,10 @@
 import numpy as np
 
 from keras_tfam.convert.huggingface_gpt2 import assign_weights
+from keras_tfam.models.checkpoint_loaders import register_checkpoint_loader
 
 
+@register_checkpoint_loader("keras_hub_gpt2")
 def from_keras_hub_gpt2(backbone, cls, **overrides):
     """A GPT2LM with the architecture and weights of a keras-hub GPT-2 backbone.
 

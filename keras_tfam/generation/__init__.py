@@ -1,18 +1,19 @@
 """Generation: one generator for every model that implements the generation protocol.
 
 `Generator` (and `GenerationMixin`, which gives a model `generate`) drives
-any model with `init_cache`, `resize_cache`, `call_with_cache`,
-`vocabulary_size`, `max_length` and `sliding_window_cache` (see
-`keras_tfam.generation.generator`): prompt packing and checks, the compiled
+any `DecodingModel` (the declared protocol, `keras_tfam.generation.protocol`:
+`init_cache`, `resize_cache`, `call_with_cache` returning a `DecodeStep`,
+`vocabulary_size`, `max_length`, and capabilities such as
+`sliding_window_cache`): prompt packing and checks, the compiled
 `keras.ops.while_loop`, cache growth, the sliding window past the model's
 context, sampling or beam search. Backend-neutral (`keras.ops` only).
 """
 
 from keras_tfam.generation.decoding import DecodePlan, decode, plan_decoding
+from keras_tfam.generation.protocol import DecodeStep, DecodingModel, DecodingWrapper, check_protocol
 from keras_tfam.generation.generator import (
     GenerationMixin,
     Generator,
-    check_protocol,
     generate_graph,
     resolve_window,
     windowed_logits,
@@ -34,6 +35,9 @@ from keras_tfam.generation.search import BeamSearch, Sampling, get_search
 __all__ = [
     "BeamSearch",
     "DecodePlan",
+    "DecodeStep",
+    "DecodingModel",
+    "DecodingWrapper",
     "GenerationMixin",
     "Generator",
     "GreedySampler",

@@ -77,7 +77,7 @@ def plan_decoding(model, buffer_length=None, shortest_prompt=None, window=None):
         if static and buffer_length >= _SEGMENTED_FROM and -(-buffer_length // 2) > prefill + 1:
             ends = (-(-buffer_length // 2),)
         return DecodePlan("full", None, prefill, ends)
-    if getattr(model, "sliding_window_cache", False):
+    if model.sliding_window_cache:
         return DecodePlan("ring", window, shortest_prompt - 1 if static else None)
     prefill = None
     if shortest_prompt is not None:
@@ -125,13 +125,13 @@ def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_tok
 
     def cached_step(tokens, cache, index):
         previous = ops.slice(tokens, (0, index - 1), (rows, 1))
-        logits, cache = model.call_with_cache(previous, cache, index - 1, **ring_options)
-        return logits[:, -1], cache
+        step = model.call_with_cache(previous, cache, index - 1, **ring_options)
+        return step.logits[:, -1], step.cache
 
     def reencode_step(tokens, cache, index):
         recent = ops.slice(tokens, (0, index - window), (rows, window))
-        logits, _ = model.call_with_cache(recent, model.init_cache(rows, window, **(cache_inputs or {})), 0)
-        return logits[:, -1], cache
+        step = model.call_with_cache(recent, model.init_cache(rows, window, **(cache_inputs or {})), 0)
+        return step.logits[:, -1], cache
 
     # Segments of the loop: (end, step) pairs, and the cache each starts with.
     if plan.mode == "full":
@@ -154,11 +154,11 @@ def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_tok
             prefill = ops.where(shortest <= window, prefill, 0)
 
         def run_prefill():
-            return model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options)[1]
+            return model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options).cache
 
         cache = ops.cond(prefill > 0, run_prefill, lambda: cache)
     elif prefill > 0:
-        cache = model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options)[1]
+        cache = model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options).cache
     # Positions below the shortest prompt are prompt in every row. (When
     # re-encoding from the start, the cached segment is skipped.)
     index = shortest

@@ -1,53 +1,41 @@
-"""One generator for every model that implements the generation protocol.
-
-The protocol (what `Generator` asks of a model):
-
-- `vocabulary_size`: ids are in `[0, vocabulary_size)` (or
-  `output_vocabulary_size`, when the generated ids have a vocabulary of
-  their own: an encoder-decoder model's target side).
-- `max_length`: the longest context the model was trained on, or `None`
-  when nothing limits it. The generator never attends over more: past it,
-  it slides a window of that many positions (or raises, `overflow="error"`).
-- `sliding_window_cache`: `True` when `call_with_cache` accepts `window=W`
-  with ring caches of `W` slots (relative or no positions); otherwise the
-  window is re-encoded at positions `0 .. W - 1` each step.
-- `init_cache(batch_size, length, window=None, **cache_inputs)`: empty
-  caches, any nest of tensors with the batch on axis 0.
-- `resize_cache(cache, length)`: the caches grown to `length` positions.
-- `call_with_cache(token_ids (B, T), cache, index, window=None)`:
-  `(logits (B, T, V) float32, cache)` for the tokens at positions
-  `index .. index + T - 1`.
+"""One generator for every model that implements the generation protocol (`protocol.DecodingModel`).
 
 Models get `generate` from `GenerationMixin`.
 """
+
+import collections
 
 import keras
 import numpy as np
 from keras import ops
 
 from keras_tfam.generation.decoding import decode, plan_decoding
+from keras_tfam.generation.protocol import DecodingModel, check_protocol
 from keras_tfam.generation.prompts import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
 from keras_tfam.generation.search import get_search
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, is_integer
 
-PROTOCOL = ("init_cache", "resize_cache", "call_with_cache")
 OVERFLOWS = ("slide", "error")
+# Compiled decoding loops a generator keeps (the least recently used goes first).
+MAX_COMPILED_LOOPS = 8
 
 
-def check_protocol(model):
-    """Raises a `ValueError` unless `model` implements the generation protocol."""
-    missing = [name for name in PROTOCOL if not callable(getattr(model, name, None))]
-    missing += [name for name in ("vocabulary_size", "max_length") if not hasattr(model, name)]
-    if missing:
-        raise ValueError(
-            f"The model does not implement the generation protocol (see keras_tfam.generation): it lacks "
-            f"{missing}. Received: model={type(model).__name__}"
-        )
+def length_bucket(max_new_tokens):
+    """`max_new_tokens` rounded up to one of four steps per octave (16, 20, 24, 28, 32, 40, ...).
+
+    The buffer of a compiled loop has the bucket's width and the loop stops
+    at the request's own length, so requests of nearby lengths share one
+    compiled loop, for at most 25% more buffer (and no more steps).
+    """
+    if max_new_tokens <= 16:
+        return max_new_tokens
+    step = 1 << (max_new_tokens.bit_length() - 3)
+    return -(-max_new_tokens // step) * step
 
 
 def output_vocabulary_size(model):
     """The vocabulary of the ids a model generates (and reads as a prompt)."""
-    return getattr(model, "output_vocabulary_size", None) or model.vocabulary_size
+    return model.output_vocabulary_size or model.vocabulary_size
 
 
 def resolve_window(model, window=None, overflow="slide", prompt_length=None, max_new_tokens=None):
@@ -134,7 +122,7 @@ class Generator:
     def __init__(self, model):
         check_protocol(model)
         self.model = model
-        self._functions = {}
+        self._functions = collections.OrderedDict()
 
     @classmethod
     def for_model(cls, model):
@@ -191,12 +179,18 @@ class Generator:
         """
         model = self.model
         search = get_search(sampler, beam_size, length_penalty)
-        check_positive_int("max_new_tokens", max_new_tokens)
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        vocabulary = output_vocabulary_size(model)
+        pad_token_id = check_token_id("pad_token_id", pad_token_id, vocabulary)
+        stop = np.asarray(
+            [check_token_id("stop_token_ids", i, vocabulary) for i in np.asarray(list(stop_token_ids or [])).reshape(-1)],
+            np.int32,
+        )
         padded, lengths = as_padded_prompts(token_ids, pad_token_id)
-        raise_failed_checks(prompt_checks(padded, lengths, max_new_tokens, output_vocabulary_size(model)))
+        raise_failed_checks(prompt_checks(padded, lengths, max_new_tokens, vocabulary))
         window = resolve_window(model, window, overflow, padded.shape[1], max_new_tokens)
-        plan = plan_decoding(model, padded.shape[1] + max_new_tokens, int(lengths.min()), window)
-        stop = np.asarray(list(stop_token_ids or []), np.int32).reshape(-1)
+        bucket = length_bucket(max_new_tokens)
+        plan = plan_decoding(model, padded.shape[1] + bucket, int(lengths.min()), window)
         if seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
         seed = np.asarray(seed, np.int64).astype(np.uint32).astype(np.int32)  # any int, as 32 bits
@@ -208,22 +202,38 @@ class Generator:
                     f"`cache_inputs[{name!r}]` must have one row per prompt ({len(lengths)}). "
                     f"Received: shape={value.shape}"
                 )
-        function = self._function(search, plan, int(max_new_tokens), int(pad_token_id), jit_compile, names)
-        return ops.convert_to_numpy(function(padded, lengths, seed, stop, *values))
+        function = self._function(search, plan, bucket, pad_token_id, jit_compile, names)
+        tokens = function(padded, lengths, np.asarray(max_new_tokens, np.int32), seed, stop, *values)
+        return ops.convert_to_numpy(tokens)[:, : padded.shape[1] + max_new_tokens]
 
-    def _function(self, search, plan, max_new_tokens, pad_token_id, jit_compile, names):
-        key = (search.cache_key(), plan, max_new_tokens, pad_token_id, jit_compile, names)
-        if key not in self._functions:
+    def _function(self, search, plan, width, pad_token_id, jit_compile, names):
+        """The compiled loop over a buffer of `width` new positions (kept: the last `MAX_COMPILED_LOOPS` used)."""
+        key = (search.cache_key(), plan, width, pad_token_id, jit_compile, names)
+        if key in self._functions:
+            self._functions.move_to_end(key)
+        else:
 
-            def generate_fn(token_ids, lengths, seed, stop_token_ids, *values):
-                tokens = pack_prompts(token_ids, lengths, max_new_tokens, pad_token_id)
+            def generate_fn(token_ids, lengths, max_new_tokens, seed, stop_token_ids, *values):
+                tokens = pack_prompts(token_ids, lengths, width, pad_token_id)
                 return decode(
                     self.model, tokens, lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id,
                     plan, dict(zip(names, values)),
                 )
 
             self._functions[key] = (search, compile_function(generate_fn, self.model, jit_compile))
+            while len(self._functions) > MAX_COMPILED_LOOPS:
+                self._functions.popitem(last=False)
         return self._functions[key][1]
+
+
+def check_token_id(name, value, vocabulary_size):
+    """`value` as a Python int; a `ValueError` naming `name` unless it is an integer id in `[0, vocabulary_size)`."""
+    if not is_integer(value) or not 0 <= value < vocabulary_size:
+        shown = value.item() if isinstance(value, np.generic) else value
+        raise ValueError(
+            f"`{name}` must hold token ids in [0, {vocabulary_size}) (the model's vocabulary). Received: {name}={shown!r}"
+        )
+    return int(value)
 
 
 def generate_graph(model, token_ids, lengths, max_new_tokens, search, seed, stop_token_ids=None, pad_token_id=0,
@@ -259,25 +269,24 @@ def windowed_logits(model, token_ids, window=None, batch_size=64):
     token_ids = np.asarray(token_ids, np.int32)
     batch, length = token_ids.shape
     if window is None or length <= window:
-        logits, _ = model.call_with_cache(token_ids, model.init_cache(batch, length), 0)
-        return ops.convert_to_numpy(logits)
-    if getattr(model, "sliding_window_cache", False):
+        return ops.convert_to_numpy(model.call_with_cache(token_ids, model.init_cache(batch, length), 0).logits)
+    if model.sliding_window_cache:
         cache = model.init_cache(batch, length, window=window)
-        return ops.convert_to_numpy(model.call_with_cache(token_ids, cache, 0, window=window)[0])
-    first, _ = model.call_with_cache(token_ids[:, :window], model.init_cache(batch, window), 0)
+        return ops.convert_to_numpy(model.call_with_cache(token_ids, cache, 0, window=window).logits)
+    first = model.call_with_cache(token_ids[:, :window], model.init_cache(batch, window), 0).logits
     starts = np.arange(1, length - window + 1)
     windows = token_ids[:, starts[:, None] + np.arange(window)].reshape(-1, window)  # [B * n, W]
     last = []
     for start in range(0, len(windows), batch_size):
         chunk = windows[start : start + batch_size]
-        logits, _ = model.call_with_cache(chunk, model.init_cache(len(chunk), window), 0)
+        logits = model.call_with_cache(chunk, model.init_cache(len(chunk), window), 0).logits
         last.append(ops.convert_to_numpy(logits[:, -1]))
     rest = np.concatenate(last).reshape(batch, len(starts), -1)
     return np.concatenate([ops.convert_to_numpy(first), rest], axis=1)
 
 
-class GenerationMixin:
-    """Gives a model implementing the generation protocol a `generate` method.
+class GenerationMixin(DecodingModel):
+    """A `DecodingModel` with a `generate` method.
 
     `model.generate(...)` is `Generator.for_model(model).generate(...)`: see
     `Generator.generate` for the arguments.

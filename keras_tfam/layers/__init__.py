@@ -2,6 +2,8 @@
 
 from keras_tfam.layers.adaptive.adaptive_computation_time import AdaptiveComputationTime
 from keras_tfam.layers.adaptive.universal_transformer import UniversalTransformer
+from keras_tfam.layers.attention.base_attention import BaseAttention
+from keras_tfam.layers.attention.cosine_attention import CosineAttention
 from keras_tfam.layers.attention.distance_aware_attention import DistanceAwareAttention, distance_rescale
 from keras_tfam.layers.attention.feature_maps import (
     EluFeatureMap,
@@ -57,6 +59,8 @@ __all__ = [
     "ComposedPosition",
     "HeadsPositionScheme",
     "AdaptiveComputationTime",
+    "BaseAttention",
+    "CosineAttention",
     "DistanceAwareAttention",
     "MemorizingAttention",
     "UniversalTransformer",

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_tfam.generation.generator import GenerationMixin
+from keras_tfam.generation.protocol import DecodeStep
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
@@ -11,7 +13,7 @@ from keras_tfam.utils import base_model_config, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class AttentionPoolingLM(keras.Model):
+class AttentionPoolingLM(GenerationMixin, keras.Model):
     """`token_ids (B, T)` context window -> float32 logits `(B, V)` of the next token.
 
     Token embeddings plus learned positions, `num_layers` pre-norm
@@ -29,6 +31,12 @@ class AttentionPoolingLM(keras.Model):
         hidden_dim: model width.
         intermediate_dim: feed-forward width (default `4 * hidden_dim`).
         dropout: dropout rate.
+
+    It decodes through the generator like every LM (`generate`): the cache
+    is the `(B, L)` buffer of the ids so far, and each step predicts from
+    the window of the last `context_length` ids (a window that starts
+    before the text is filled with id 0 on the left, as short texts are
+    padded for training).
 
     Example:
 
@@ -87,6 +95,35 @@ class AttentionPoolingLM(keras.Model):
         self.hidden_dim = hidden_dim
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
+
+    # ------------------------------------------------------------------ generation protocol
+
+    @property
+    def max_length(self):
+        """`None`: each prediction reads a fixed window, whatever the length so far."""
+        return None
+
+    def init_cache(self, batch_size, length, window=None):
+        """The buffer of ids `(B, length)`: a step needs the last `context_length` of them."""
+        return ops.zeros((batch_size, length), "int32")
+
+    def resize_cache(self, cache, length):
+        return ops.pad(cache, [[0, 0], [0, length - ops.shape(cache)[1]]])
+
+    def call_with_cache(self, token_ids, cache, index, window=None):
+        """A `DecodeStep`: for each position `p` of `token_ids (B, T)` (at `index ..`), the logits of the next
+        token from the window of ids `p - context_length + 1 .. p`."""
+        cache = ops.slice_update(cache, (0, index), ops.cast(token_ids, "int32"))
+        width = self.context_length
+        padded = ops.pad(cache, [[0, 0], [width, 0]])  # id 0 before the text
+        length = ops.shape(token_ids)[1]
+        # Window of position p: padded[:, p + 1 : p + 1 + width].
+        starts = ops.arange(length, dtype="int32") + ops.cast(index, "int32") + 1
+        columns = starts[:, None] + ops.arange(width, dtype="int32")[None, :]  # [T, W]
+        windows = ops.take(padded, ops.reshape(columns, (-1,)), axis=1)  # [B, T * W]
+        batch = ops.shape(token_ids)[0]
+        logits = self(ops.reshape(windows, (-1, width)), training=False)  # [B * T, V]
+        return DecodeStep(ops.reshape(logits, (batch, length, self.vocabulary_size)), cache)
 
     def get_config(self):
         return {

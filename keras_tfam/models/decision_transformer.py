@@ -1,6 +1,7 @@
 """Decision Transformer (Chen et al. 2021): offline RL as return-conditioned sequence modelling."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
@@ -33,7 +34,7 @@ class DecisionTransformer(keras.Model):
         state_dim: size of a state vector.
         num_actions: number of discrete actions.
         max_timestep: size of the timestep embedding table (timesteps are
-            in `[0, max_timestep)`).
+            in `[0, max_timestep)`; others are refused, see `inputs`).
         hidden_dim: model width.
         num_layers: decoder blocks.
         num_heads: attention heads.
@@ -45,7 +46,11 @@ class DecisionTransformer(keras.Model):
     Call arguments:
         inputs: a dict of `returns_to_go` float `(B, T)`, `states` float
             `(B, T, state_dim)`, `actions` int `(B, T)`, `timesteps` int
-            `(B, T)`, all with the same `T`.
+            `(B, T)`, all with the same `T`. Actions must be in
+            `[0, num_actions)` and timesteps in `[0, max_timestep)`: an eager
+            call raises a `ValueError` naming the first other one; a traced
+            call (`fit`, `predict`, XLA), where nothing can be raised, returns
+            NaN logits for every step of its trajectory, so the loss shows it.
 
     Returns:
         float32 action logits `(B, T, num_actions)`; row `t` predicts `a_t`.
@@ -71,21 +76,20 @@ class DecisionTransformer(keras.Model):
         return_scale=1.0,
         **kwargs,
     ):
-        for name, value in (
-            ("state_dim", state_dim),
-            ("num_actions", num_actions),
-            ("max_timestep", max_timestep),
-            ("hidden_dim", hidden_dim),
-            ("num_layers", num_layers),
-            ("num_heads", num_heads),
-        ):
-            check_positive_int(name, value)
+        state_dim = check_positive_int("state_dim", state_dim)
+        num_actions = check_positive_int("num_actions", num_actions)
+        max_timestep = check_positive_int("max_timestep", max_timestep)
+        hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        num_layers = check_positive_int("num_layers", num_layers)
+        num_heads = check_positive_int("num_heads", num_heads)
         head_size("hidden_dim", hidden_dim, num_heads)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
-        if not return_scale > 0:
-            raise ValueError(f"`return_scale` must be positive. Received: return_scale={return_scale}")
-        intermediate_dim = intermediate_dim or 4 * hidden_dim
+        if not _is_real(dropout) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
+        if not _is_real(return_scale) or not 0 < return_scale < float("inf"):
+            raise ValueError(f"`return_scale` must be positive and finite. Received: return_scale={return_scale!r}")
+        intermediate_dim = 4 * hidden_dim if intermediate_dim is None else check_positive_int(
+            "intermediate_dim", intermediate_dim
+        )
         dtype = kwargs.pop("dtype", None)
         initializer = keras.initializers.RandomNormal(stddev=0.02)
 
@@ -124,13 +128,18 @@ class DecisionTransformer(keras.Model):
             "actions": keras.Input((None,), dtype="int32", name="actions"),
             "timesteps": keras.Input((None,), dtype="int32", name="timesteps"),
         }
-        time = self.timestep_embedding(inputs["timesteps"])  # [B, T, D]
+        # Lookups wrap negative ids, and clamp large ones under XLA, where no error can be raised: in a traced
+        # call such an id is looked up as 0 and its trajectory's logits are NaN (eager calls raise, see `call`).
+        outside_actions = _outside(inputs["actions"], num_actions)  # [B, T]
+        outside_timesteps = _outside(inputs["timesteps"], max_timestep)
+        actions = ops.where(outside_actions, 0, inputs["actions"])
+        time = self.timestep_embedding(ops.where(outside_timesteps, 0, inputs["timesteps"]))  # [B, T, D]
         returns = ops.expand_dims(inputs["returns_to_go"], -1) / return_scale
         tokens = ops.stack(
             [
                 self.return_embedding(returns) + time,
                 self.state_embedding(inputs["states"]) + time,
-                self.action_embedding(inputs["actions"]) + time,
+                self.action_embedding(actions) + time,
             ],
             axis=2,
         )  # [B, T, 3, D]: R_t, s_t, a_t
@@ -140,6 +149,9 @@ class DecisionTransformer(keras.Model):
             hidden = block(hidden)
         hidden = keras.layers.Reshape((-1, 3, hidden_dim), name="steps")(self.final_norm(hidden))  # [B, T, 3, D]
         logits = ops.cast(self.action_head(hidden[:, :, 1]), "float32")  # read at the s_t tokens
+        outside = ops.logical_or(outside_actions, outside_timesteps)
+        poisoned = ops.any(outside, axis=1, keepdims=True)[:, :, None]  # [B, 1, 1]
+        logits = ops.where(poisoned, ops.full_like(logits, float("nan")), logits)
         super().__init__(inputs=inputs, outputs=logits, dtype=dtype, **kwargs)
 
         # === Config ===
@@ -155,7 +167,30 @@ class DecisionTransformer(keras.Model):
 
     def call(self, inputs, training=None, mask=None):
         self._check_trajectory(inputs)
+        self._check_ids(inputs)
         return super().call(inputs, training=training, mask=mask)
+
+    def _check_ids(self, inputs):
+        """A `ValueError` for an action outside `[0, num_actions)` or a timestep outside `[0, max_timestep)`.
+
+        Checked when the values are known (eager calls); a traced call gives
+        NaN logits for such a trajectory instead.
+        """
+        for name, limit, size in (("actions", "num_actions", self.num_actions),
+                                  ("timesteps", "max_timestep", self.max_timestep)):
+            try:
+                ids = ops.convert_to_numpy(inputs[name])
+            except Exception:  # symbolic or traced: no values yet
+                continue
+            bad = (ids < 0) | (ids >= size)
+            if not np.issubdtype(ids.dtype, np.integer):
+                bad = bad | (ids != np.floor(ids)) | ~np.isfinite(ids)
+            if np.any(bad):
+                where = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise ValueError(
+                    f"`{name}` must be integers in [0, {size}) ({limit}={size}). Received: {name}={ids[where].item()!r} "
+                    f"at index {where}"
+                )
 
     def _check_trajectory(self, inputs):
         if not isinstance(inputs, dict) or set(inputs) != set(_INPUTS):
@@ -186,3 +221,12 @@ class DecisionTransformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _is_real(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _outside(ids, size):
+    """`(B, T)` bool: which ids are outside `[0, size)`."""
+    return ops.logical_or(ops.less(ids, 0), ops.greater_equal(ids, size))

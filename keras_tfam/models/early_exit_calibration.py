@@ -21,11 +21,21 @@ def _check_tolerance(tolerance):
 
 
 def _risks(risk, threshold):
+    """`risk(threshold)` as float64 `(n,)`, every loss in `[0, 1]`.
+
+    A NaN loss is refused like any other outside `[0, 1]`: its mean is NaN,
+    whose Hoeffding p-value `exp(-2 n NaN)` is NaN, which no comparison
+    with `epsilon` would reject, so the threshold would pass the test.
+    """
     values = np.asarray(risk(threshold), np.float64).reshape(-1)
-    if values.size == 0 or np.any(values < 0.0) or np.any(values > 1.0):
+    if values.size == 0:
+        raise ValueError(f"`risk({threshold})` must return per-example losses in [0, 1]. Received: no values")
+    outside = ~((values >= 0.0) & (values <= 1.0))  # NaN included
+    if outside.any():
+        example = int(np.argmax(outside))
         raise ValueError(
-            f"`risk({threshold})` must return per-example losses in [0, 1]; got {values.size} values "
-            f"in [{values.min() if values.size else 'n/a'}, {values.max() if values.size else 'n/a'}]"
+            f"`risk({threshold})` must return per-example losses in [0, 1] (not NaN). Received: "
+            f"{values[example]} for example {example}"
         )
     return values
 
@@ -63,7 +73,9 @@ def learn_then_test(risk, thresholds, tolerance, epsilon=0.05):
     of the calibration set), for the same distribution.
 
     Args:
-        risk: `threshold -> (n,)` per-example losses in `[0, 1]`.
+        risk: `threshold -> (n,)` per-example losses in `[0, 1]`; a NaN
+            loss raises a `ValueError` (naming the threshold and the
+            example) instead of passing the test.
         thresholds: candidates in `[0, 1]`.
         tolerance: `delta`, in `(0, 1)`.
         epsilon: allowed probability of a wrong guarantee, in `(0, 1)`.

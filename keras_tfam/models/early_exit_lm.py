@@ -5,6 +5,9 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.generation.generator import GenerationMixin
+from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper
+from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
+from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.utils import base_model_config, check_positive_int
 
 CONFIDENCES = ("softmax_response", "classifier")
@@ -16,7 +19,7 @@ def _check_threshold(threshold):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class EarlyExitLM(GenerationMixin, keras.Model):
+class EarlyExitLM(GenerationMixin, DecodingWrapper, keras.Model):
     """A GPT-2 decoder whose generated tokens leave the stack once confident (CALM).
 
     Schuster et al. 2022. The `backbone` GPT-2's final norm and tied output
@@ -51,12 +54,13 @@ class EarlyExitLM(GenerationMixin, keras.Model):
     Implements the generation protocol with the backbone's caches (local
     layers' rings and sliding windows included), so `generate` decodes
     with early exits under any sampler or beam search, compiled, and in an
-    exported SavedModel (`pipelines.export`); `call_with_cache(...,
-    return_hidden_states=True)` also returns the final hidden states (the
-    input of the softmax) for retrieval models such as `KNNLM`.
+    exported SavedModel (`pipelines.export`); its `DecodeStep`s carry the
+    final hidden states (the input of the softmax) for retrieval models
+    such as `KNNLM`. It is a `DecodingWrapper` of its backbone.
 
     Args:
-        backbone: a `GPT2LM` with softmax attention (pre-norm blocks).
+        backbone: a `GPT2LM` whose attention decodes with key/value caches
+            (every kind but the recurrent state of linear attention).
         confidence: `"softmax_response"` or `"classifier"`.
         threshold: exit when the confidence exceeds it, in `[0, 1]`.
 
@@ -79,11 +83,12 @@ class EarlyExitLM(GenerationMixin, keras.Model):
 
     def __init__(self, backbone, confidence="softmax_response", threshold=1.0, **kwargs):
         super().__init__(**kwargs)
-        blocks = getattr(backbone, "transformer_blocks", None)
-        if not blocks or getattr(backbone, "attention", "softmax") != "softmax":
+        if not isinstance(backbone, GPT2LM) or not all(
+            isinstance(block.self_attention_layer.cache_for(), KeyValueCache) for block in backbone.transformer_blocks
+        ):
             raise ValueError(
-                "`backbone` must be a GPT2LM with softmax attention (its blocks' key/value caches "
-                f"are filled for the skipped layers). Received: backbone={backbone!r}"
+                "`backbone` must be a GPT2LM whose attention decodes with key/value caches (they are filled for "
+                f"the skipped layers; a recurrent state is not). Received: backbone={backbone!r}"
             )
         if confidence not in CONFIDENCES:
             raise ValueError(f"`confidence` must be one of {CONFIDENCES}. Received: confidence={confidence!r}")
@@ -127,7 +132,7 @@ class EarlyExitLM(GenerationMixin, keras.Model):
 
     def _layer_states(self, token_ids, training=None):
         """The residual stream after every block, for a full pass."""
-        hidden = self.backbone._embed(token_ids, 0, training)
+        hidden = self.backbone.embed(token_ids, 0, training)
         states = []
         for block in self.blocks:
             hidden = block(hidden, training=training)
@@ -196,57 +201,30 @@ class EarlyExitLM(GenerationMixin, keras.Model):
             labels.append(np.stack([(x.argmax(-1) == final) for x in logits[:-1]], axis=-1))
         return np.concatenate(labels).astype("float32")
 
-    # ------------------------------------------------------------------ generation protocol
+    # ------------------------------------------------------------------ generation protocol (delegated)
 
     @property
-    def vocabulary_size(self):
-        return self.backbone.vocabulary_size
-
-    @property
-    def max_length(self):
-        return self.backbone.max_length
-
-    @property
-    def sliding_window_cache(self):
-        return self.backbone.sliding_window_cache
-
-    def init_cache(self, batch_size, length, window=None):
-        """The backbone's caches: one `(B, 2, slots, K, H)` key/value cache per block."""
-        return self.backbone.init_cache(batch_size, length, window=window)
-
-    def resize_cache(self, cache, length):
-        """Every block's cache grown to `length` positions."""
-        return self.backbone.resize_cache(cache, length)
+    def wrapped(self):
+        return self.backbone
 
     def _propagate(self, block, hidden, layer_cache, index, window):
         """The cache of a skipped block with the keys/values projected from the exit state."""
-        attention = block.self_attention_layer
-        key_value = attention.compute_key_value_cache(block.self_attention_norm(hidden))  # [B, 2, 1, K, H]
-        key, value = key_value[:, 0], key_value[:, 1]
-        if attention.position is not None:
-            _, key = attention.position.rotate_query_key(key, key, index, index)
-        # Written as the block's attention writes it (a ring's slot `index % slots`).
-        return attention._update_cache(layer_cache, key, value, index, attention._ring_window(window))[0]
+        return block.self_attention_layer.write_cache(layer_cache, block.self_attention_norm(hidden), index, window)
 
-    def call_with_cache(self, token_ids, cache, index, window=None, return_hidden_states=False):
+    def call_with_cache(self, token_ids, cache, index, window=None):
         """Runs `token_ids (B, T)` at positions `index ..`; one-token steps may exit early.
 
-        Returns `(logits (B, T, V) float32, cache)`, or `(logits, hidden
-        states, cache)` with `return_hidden_states`.
+        Returns a `DecodeStep` (logits `(B, T, V)` float32, cache, hidden states).
         """
         step = self.early_exit_step(token_ids, cache, index, window)
-        if return_hidden_states:
-            return step["logits"], step["hidden_states"], step["cache"]
-        return step["logits"], step["cache"]
+        return DecodeStep(step["logits"], step["cache"], step["hidden_states"])
 
     def early_exit_step(self, token_ids, cache, index, window=None):
         """`call_with_cache` with its details: a dict of `logits`, `hidden_states`, `cache`
         and `exit_layers` (`(B,)` int32, the number of blocks each row ran)."""
         batch = ops.shape(token_ids)[0]
         if token_ids.shape[1] != 1:
-            logits, states, cache = self.backbone.call_with_cache(
-                token_ids, cache, index, window=window, return_hidden_states=True
-            )
+            logits, cache, states = self.backbone.call_with_cache(token_ids, cache, index, window=window)
             exit_layers = ops.full((batch,), self.num_layers, "int32")
             return {"logits": logits, "hidden_states": states, "cache": cache, "exit_layers": exit_layers}
         if window is not None and not self.sliding_window_cache:
@@ -254,7 +232,7 @@ class EarlyExitLM(GenerationMixin, keras.Model):
                 "Learned positions are absolute: a ring cache cannot slide them (the generator re-encodes the "
                 f"window instead). Received: window={window}"
             )
-        hidden = self.backbone._embed(token_ids, index, training=False)
+        hidden = self.backbone.embed(token_ids, index, training=False)
 
         last = self.num_layers - 1
         carry = {

@@ -3,8 +3,11 @@
 import math
 
 import keras
+import numpy as np
 
 from keras_tfam.generation.generator import GenerationMixin
+from keras_tfam.generation.protocol import DecodeStep
+from keras_tfam.layers.attention.patterns.registry import get_pattern
 from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
 from keras_tfam.layers.attention.registry import ATTENTIONS, make_attention
 from keras_tfam.layers.blocks.feed_forward import ACTIVATIONS
@@ -13,6 +16,7 @@ from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import NORMS, check_norm, get_norm
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.registry import ATTENTION_POSITIONS, make_attention_position
+from keras_tfam.models.checkpoint_loaders import checkpoint_loader
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
@@ -141,19 +145,28 @@ class GPT2LM(GenerationMixin, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        for name, value in (
-            ("vocabulary_size", vocabulary_size),
-            ("num_layers", num_layers),
-            ("num_heads", num_heads),
-            ("hidden_dim", hidden_dim),
-            ("max_sequence_length", max_sequence_length),
-        ):
-            check_positive_int(name, value)
+        vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        num_layers = check_positive_int("num_layers", num_layers)
+        num_heads = check_positive_int("num_heads", num_heads)
+        hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
+        if intermediate_dim is not None:
+            intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        if num_key_value_heads is not None:
+            num_key_value_heads = check_positive_int("num_key_value_heads", num_key_value_heads)
+        if local_window is not None:
+            local_window = check_positive_int("local_window", local_window)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.number)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be a number in [0, 1). Received: dropout={dropout!r}")
+        if (isinstance(norm_epsilon, bool) or not isinstance(norm_epsilon, (int, float, np.number))
+                or not 0.0 < norm_epsilon < float("inf")):
+            raise ValueError(f"`norm_epsilon` must be a positive finite number. Received: norm_epsilon={norm_epsilon!r}")
+        dropout, norm_epsilon = float(dropout), float(norm_epsilon)
         head_dim = head_size("hidden_dim", hidden_dim, num_heads)
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
         if context_length is not None:
-            check_positive_int("context_length", context_length)
+            context_length = check_positive_int("context_length", context_length)
             if position == "learned" and context_length > max_sequence_length:
                 raise ValueError(
                     f"`context_length` cannot exceed the {max_sequence_length} learned positions "
@@ -163,6 +176,12 @@ class GPT2LM(GenerationMixin, keras.Model):
         if attention not in ATTENTIONS:
             raise ValueError(f"`attention` must be one of {tuple(ATTENTIONS)}. Received: attention={attention!r}")
         attention_options = dict(attention_options or {})
+        pattern = get_pattern(attention_options.get("pattern"))
+        if pattern is not None and pattern.depends_on_length:
+            raise ValueError(
+                "A decoder's pattern must not depend on the sequence's length (it decodes causally): use the causal "
+                f"form (e.g. BigBird(causal=True)). Received: attention_options={{'pattern': {pattern!r}}}"
+            )
         local = local_layer_indices(local_window, local_layers, num_layers)
         intermediate_dim = intermediate_dim or 4 * hidden_dim
         initializer = keras.initializers.RandomNormal(stddev=0.02)
@@ -222,7 +241,7 @@ class GPT2LM(GenerationMixin, keras.Model):
 
         # === Functional model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        hidden = self._embed(token_ids, 0)
+        hidden = self.embed(token_ids, 0)
         for block in self.transformer_blocks:
             hidden = block(hidden)
         logits = self.token_embedding(self.final_norm(hidden), reverse=True)
@@ -248,7 +267,8 @@ class GPT2LM(GenerationMixin, keras.Model):
         self.norm_epsilon = norm_epsilon
         self.use_bias = use_bias
 
-    def _embed(self, token_ids, start_index, training=None):
+    def embed(self, token_ids, start_index=0, training=None):
+        """The input of the first block: token embeddings (plus learned positions from `start_index`), dropout."""
         x = self.token_embedding(token_ids)
         if self.position_embedding is not None:
             x = x + self.position_embedding(x, start_index=start_index)
@@ -267,10 +287,16 @@ class GPT2LM(GenerationMixin, keras.Model):
             return self.context_length
         return self.max_sequence_length if self.position_embedding is not None else None
 
+    # Every decoding step carries the final hidden states.
+    returns_hidden_states = True
+
     @property
     def sliding_window_cache(self):
-        """Ring caches slide only where positions are relative (or absent), not with a learned table."""
-        return self.position_embedding is None
+        """Ring caches slide only where positions are relative (or absent), not with a learned table, and only
+        where every attention layer decodes with a ring cache."""
+        return self.position_embedding is None and all(
+            block.self_attention_layer.supports_ring_cache for block in self.transformer_blocks
+        )
 
     def init_cache(self, batch_size, length, window=None):
         """Empty caches, one per block: `(B, 2, slots, K, H)` keys/values (`slots` at most
@@ -288,15 +314,15 @@ class GPT2LM(GenerationMixin, keras.Model):
             for block, layer_cache in zip(self.transformer_blocks, cache)
         )
 
-    def call_with_cache(self, token_ids, cache, index, window=None, return_hidden_states=False):
+    def call_with_cache(self, token_ids, cache, index, window=None):
         """Runs `token_ids (B, T)` at positions `index ..` over the caches.
 
-        Returns float32 logits `(B, T, V)` and the updated caches. With a
-        `window`, attention sees at most the `window` most recent positions
-        and the caches are rings (`init_cache(..., window=window)`). With
-        `return_hidden_states`, `(logits, hidden states (B, T, D), caches)`:
-        the final norm's output, the input of the softmax (what retrieval
-        models such as `KNNLM` key on).
+        Returns a `DecodeStep`: float32 logits `(B, T, V)`, the updated
+        caches, and the hidden states `(B, T, D)` (the final norm's output,
+        the input of the softmax: what retrieval models such as `KNNLM` key
+        on). With a `window`, attention sees at most the `window` most
+        recent positions and the caches are rings (`init_cache(...,
+        window=window)`).
         """
         if window is not None and not self.sliding_window_cache:
             raise ValueError(
@@ -309,7 +335,7 @@ class GPT2LM(GenerationMixin, keras.Model):
                 f"them. Received: cache of type {type(cache).__name__} with "
                 f"{len(cache) if isinstance(cache, (list, tuple)) else 'no'} entries"
             )
-        hidden = self._embed(token_ids, index, training=False)
+        hidden = self.embed(token_ids, index, training=False)
         updated = []
         for block, layer_cache in zip(self.transformer_blocks, cache):
             hidden, layer_cache = block(
@@ -320,9 +346,7 @@ class GPT2LM(GenerationMixin, keras.Model):
             )
             updated.append(layer_cache)
         states = self.final_norm(hidden)
-        if return_hidden_states:
-            return self.logits(states), states, tuple(updated)
-        return self.logits(states), tuple(updated)
+        return DecodeStep(self.logits(states), tuple(updated), states)
 
     def logits(self, hidden):
         """Float32 vocabulary logits of hidden states, through the tied embedding."""
@@ -340,16 +364,12 @@ class GPT2LM(GenerationMixin, keras.Model):
     @classmethod
     def from_huggingface(cls, directory, **overrides):
         """Loads a Hugging Face GPT-2 or GPT-Neo directory (`config.json` + `model.safetensors`)."""
-        from keras_tfam.convert.huggingface import load_huggingface
-
-        return load_huggingface(directory, cls, **overrides)
+        return checkpoint_loader("huggingface")(directory, cls, **overrides)
 
     @classmethod
     def from_keras_hub(cls, backbone, **overrides):
         """Copies the weights of a `keras_hub.models.GPT2Backbone`."""
-        from keras_tfam.convert.keras_hub_gpt2 import from_keras_hub_gpt2
-
-        return from_keras_hub_gpt2(backbone, cls, **overrides)
+        return checkpoint_loader("keras_hub_gpt2")(backbone, cls, **overrides)
 
     def get_config(self):
         return {

@@ -3,15 +3,17 @@
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
-from keras_tfam.generation.generator import GenerationMixin, check_protocol
+from keras_tfam.generation.generator import GenerationMixin
+from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper, check_protocol
 from keras_tfam.retrieval.datastore import Datastore, logits_and_hidden_states
 from keras_tfam.utils import base_model_config
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class KNNLM(GenerationMixin, keras.Model):
+class KNNLM(GenerationMixin, DecodingWrapper, keras.Model):
     """An LM's next-token distribution interpolated with a datastore's (kNN-LM).
 
     Khandelwal et al. 2020: `p(y | x) = lambda p_kNN(y | x) + (1 - lambda)
@@ -29,9 +31,9 @@ class KNNLM(GenerationMixin, keras.Model):
     cache is the LM's).
 
     Args:
-        lm: a model implementing the generation protocol whose
-            `call_with_cache(..., return_hidden_states=True)` also returns
-            its final hidden states (`GPT2LM`, `EarlyExitLM`).
+        lm: a decoding model whose steps carry its final hidden states
+            (`returns_hidden_states`: `GPT2LM`, `TransformerXLLM`,
+            `EarlyExitLM`, another `KNNLM`).
         datastore: a `Datastore` whose keys are `lm`'s hidden states.
         interpolation: `lambda`, in `[0, 1]` (the paper: 0.25).
 
@@ -50,7 +52,7 @@ class KNNLM(GenerationMixin, keras.Model):
 
     def __init__(self, lm, datastore, interpolation=0.25, **kwargs):
         super().__init__(**kwargs)
-        check_protocol(lm)
+        check_protocol(lm, hidden_states=True)
         if not isinstance(datastore, Datastore):
             raise ValueError(f"`datastore` must be a Datastore. Received: datastore={datastore!r}")
         if datastore.vocabulary_size != lm.vocabulary_size:
@@ -58,13 +60,22 @@ class KNNLM(GenerationMixin, keras.Model):
                 "The datastore and the LM must share a vocabulary. Received: datastore.vocabulary_size="
                 f"{datastore.vocabulary_size}, lm.vocabulary_size={lm.vocabulary_size}"
             )
-        if isinstance(interpolation, bool) or not 0.0 <= interpolation <= 1.0:
+        if isinstance(interpolation, bool) or not isinstance(interpolation, (int, float, np.number)) or not (
+            0.0 <= interpolation <= 1.0
+        ):
             raise ValueError(f"`interpolation` must be in [0, 1]. Received: interpolation={interpolation!r}")
         self.lm = lm
         self.datastore = datastore
-        self.interpolation = interpolation
+        self.interpolation = float(interpolation)
 
     def _interpolate(self, logits, hidden):
+        width = hidden.shape[-1]
+        if width is not None and width != self.datastore.key_dim:
+            raise ValueError(
+                f"The datastore's keys have key_dim={self.datastore.key_dim} features but the LM's hidden states have "
+                f"{width}: build the datastore from this LM (Datastore.from_model). Received: hidden states of shape "
+                f"{tuple(hidden.shape)}"
+            )
         log_lm = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         log_knn = ops.log(self.datastore(hidden))  # -inf for tokens no neighbour holds
         log_lambda = math.log(self.interpolation) if self.interpolation > 0 else float("-inf")
@@ -74,30 +85,16 @@ class KNNLM(GenerationMixin, keras.Model):
     def call(self, token_ids):
         return self._interpolate(*logits_and_hidden_states(self.lm, token_ids))
 
-    # ------------------------------------------------------------------ generation protocol
+    # ------------------------------------------------------------------ generation protocol (delegated)
 
     @property
-    def vocabulary_size(self):
-        return self.lm.vocabulary_size
-
-    @property
-    def max_length(self):
-        return self.lm.max_length
-
-    @property
-    def sliding_window_cache(self):
-        return self.lm.sliding_window_cache
-
-    def init_cache(self, batch_size, length, window=None, **cache_inputs):
-        return self.lm.init_cache(batch_size, length, window=window, **cache_inputs)
-
-    def resize_cache(self, cache, length):
-        return self.lm.resize_cache(cache, length)
+    def wrapped(self):
+        return self.lm
 
     def call_with_cache(self, token_ids, cache, index, window=None):
-        """`(log-probabilities (B, T, V), cache)` for `token_ids` at positions `index ..`."""
-        logits, hidden, cache = self.lm.call_with_cache(token_ids, cache, index, window=window, return_hidden_states=True)
-        return self._interpolate(logits, hidden), cache
+        """A `DecodeStep` of log-probabilities `(B, T, V)` for `token_ids` at positions `index ..`."""
+        logits, cache, hidden = self.lm.call_with_cache(token_ids, cache, index, window=window)
+        return DecodeStep(self._interpolate(logits, hidden), cache, hidden)
 
     def get_config(self):
         return {

@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.generation.generator import Generator
+from keras_tfam.generation.protocol import DecodeStep, DecodingModel
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
@@ -16,7 +17,7 @@ from keras_tfam.utils import base_model_config, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class Transformer(keras.Model):
+class Transformer(DecodingModel, keras.Model):
     """Encoder-decoder Transformer: `{"source": (B, S), "target": (B, T)}` -> logits `(B, T, V)`.
 
     As in "Attention Is All You Need": token embeddings scaled by
@@ -149,6 +150,7 @@ class Transformer(keras.Model):
     # absolute, so a window would be re-encoded, not kept in ring caches.
     max_length = None
     sliding_window_cache = False
+    returns_hidden_states = True
 
     def init_cache(self, batch_size, length, window=None, source=None):
         """The decoder's caches for `source (B, S)`: empty self-attention caches, and the
@@ -173,7 +175,8 @@ class Transformer(keras.Model):
         return {**cache, "self": grown}
 
     def call_with_cache(self, token_ids, cache, index, window=None):
-        """Target logits `(B, T, V)` of `token_ids (B, T)` at positions `index ..`, and the caches."""
+        """A `DecodeStep`: target logits `(B, T, V)` of `token_ids (B, T)` at positions `index ..`, the caches,
+        and the decoder's final hidden states."""
         x = self._embed(self.target_embedding, token_ids, start_index=index)
         updated = []
         for block, layer_cache, cross in zip(self.decoder_blocks, cache["self"], cache["cross"]):
@@ -188,7 +191,7 @@ class Transformer(keras.Model):
             updated.append(layer_cache)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.target_embedding(x, reverse=True), {**cache, "self": tuple(updated)}
+        return DecodeStep(self.target_embedding(x, reverse=True), {**cache, "self": tuple(updated)}, x)
 
     def generate(
         self, source, start_token_id, stop_token_id, max_length, beam_size=1, length_penalty=0.6,

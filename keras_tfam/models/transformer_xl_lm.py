@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_tfam.generation.generator import GenerationMixin
+from keras_tfam.generation.protocol import DecodeStep
 from keras_tfam.layers.blocks.feed_forward import ACTIVATIONS
 from keras_tfam.layers.blocks.transformer_xl_block import RESIDUALS, TransformerXLBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
@@ -284,11 +285,6 @@ class TransformerXLLM(GenerationMixin, keras.Model):
             for memory, state in zip(self.memories, cache):
                 memory.check_state(state, batch_size, self.hidden_dim)
 
-    def _forward(self, token_ids, memory, training=None, window=None):
-        """`(logits (B, T, V) float32, next memory)` for a segment after `memory` (`None`: no memory)."""
-        hidden, memory = self._hidden_states(token_ids, memory, training, window)
-        return self.logits(hidden), memory
-
     def _hidden_states(self, token_ids, memory, training=None, window=None):
         x = self.embeddings_dropout(self.token_embedding(token_ids), training=training)
         if memory is None or not self.has_memory:
@@ -312,7 +308,7 @@ class TransformerXLLM(GenerationMixin, keras.Model):
 
     def call(self, token_ids, training=None):
         if not training or not self.has_memory:
-            return self._forward(token_ids, None, training)[0]
+            return self.logits(self._hidden_states(token_ids, None, training)[0])
         if self.memory_variables is None:
             raise ValueError(
                 "TransformerXLLM trains on a stateful stream: build it with the stream's batch size first "
@@ -326,11 +322,11 @@ class TransformerXLLM(GenerationMixin, keras.Model):
                 f"every training batch must have as many. Received: token_ids.shape={tuple(token_ids.shape)}"
             )
         memory = tuple({name: v.value for name, v in variables.items()} for variables in self.memory_variables)
-        logits, memory = self._forward(token_ids, memory, training)
+        hidden, memory = self._hidden_states(token_ids, memory, training)
         for variables, state in zip(self.memory_variables, memory):
             for name, value in state.items():
                 variables[name].assign(value)
-        return logits
+        return self.logits(hidden)
 
     # ------------------------------------------------------------------ generation protocol
 
@@ -352,14 +348,19 @@ class TransformerXLLM(GenerationMixin, keras.Model):
         """The memory does not grow with the length: returned as it is."""
         return cache
 
+    # Every decoding step carries the final hidden states.
+    returns_hidden_states = True
+
     def call_with_cache(self, token_ids, cache, index=0, window=None):
-        """A segment `token_ids (B, T)` after the memory `cache`: `(logits (B, T, V) float32, next memory)`.
+        """A segment `token_ids (B, T)` after the memory `cache`: a `DecodeStep` of float32 logits
+        `(B, T, V)`, the next memory and the final hidden states `(B, T, D)`.
 
         `index` is not needed (positions are relative); with a `window`,
         attention sees at most the `window` most recent positions.
         """
         self._check_memory(cache, token_ids.shape[0])
-        return self._forward(token_ids, cache, training=False, window=window)
+        hidden, memory = self._hidden_states(token_ids, cache, training=False, window=window)
+        return DecodeStep(self.logits(hidden), memory, hidden)
 
     def hidden_states(self, token_ids, cache=None, window=None):
         """`call_with_cache` without the output head: `(final hidden states (B, T, D), next memory)`.
@@ -380,7 +381,7 @@ class TransformerXLLM(GenerationMixin, keras.Model):
         """The learned attention spans, float32 `(num_layers, num_heads)`, or `None` without adaptive spans."""
         if self.max_span is None:
             return None
-        return ops.stack([block.self_attention_layer.position.schemes[1].spans() for block in self.transformer_blocks])
+        return ops.stack([block.self_attention_layer.position.spans() for block in self.transformer_blocks])
 
     def summary_scalars(self):
         """What to plot while training: `{name: float}`.

@@ -14,6 +14,8 @@ not yet written and, in a ring cache, the positions that left the window.
 
 from keras import ops
 
+from keras_tfam.utils import check_window
+
 
 def keras_mask(x):
     """The Keras mask attached to `x` (e.g. by `Embedding(mask_zero=True)`), or `None`."""
@@ -72,6 +74,7 @@ def position_mask(query_positions, key_positions, causal=True, window=None):
     Returns:
         Boolean tensor of shape `(1, T, S)` (`(1, ..., T, S)`).
     """
+    window = check_window(window)
     distance = relative_distance(query_positions, key_positions)
     allowed = ops.greater_equal(ops.expand_dims(ops.cast(key_positions, "int32"), -2), 0)
     allowed = ops.broadcast_to(allowed, ops.shape(distance))
@@ -116,8 +119,9 @@ def sliding_window_mask(
     Returns:
         Boolean tensor of shape `(1, T, S)`.
     """
-    if window is None or isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"`window` must be a positive integer. Received: window={window!r}")
+    if window is None:
+        raise ValueError("`window` must be a positive integer. Received: window=None")
+    window = check_window(window)
     key_length = query_length if key_length is None else key_length
     return position_mask(
         positions(query_length, query_offset), positions(key_length, key_offset), causal=causal, window=window
@@ -155,3 +159,44 @@ def merge_masks(*masks):
         mask = ops.cast(mask, "bool")
         merged = mask if merged is None else ops.logical_and(merged, mask)
     return merged
+
+
+def position_rule(query_positions, key_positions, causal=False, window=None, pattern=None, num_heads=None):
+    """Causality, a `window` and an attention `pattern` as one mask from positions, or `None`.
+
+    The rule every attention kind applies, in its full pass and when
+    decoding, so an option means the same thing in both.
+
+    Args:
+        query_positions: `(T,)` int positions (or `(..., T)`: blocks of queries).
+        key_positions: `(S,)` int positions, `-1` for an empty cache slot (or `(..., S)`).
+        causal: hide keys after the query.
+        window: attend to the `window` most recent positions, or `None`.
+        pattern: an `AttentionPattern`, or `None`.
+        num_heads: query heads; a pattern with `head_groups > 1` is repeated to them.
+
+    Returns:
+        Boolean `(1, [...,] T, S)`, or `(1, [...,] N, T, S)` for a per-head pattern; `None` when nothing restricts.
+    """
+    rule = None
+    if causal or window is not None:
+        rule = position_mask(query_positions, key_positions, causal=causal, window=window)
+    if pattern is None:
+        return rule
+    allowed = pattern.mask(query_positions, key_positions)
+    if pattern.head_groups > 1:
+        allowed = ops.repeat(allowed, num_heads // pattern.head_groups, axis=-3)
+        rule = None if rule is None else ops.expand_dims(rule, -3)
+    allowed = ops.expand_dims(allowed, 0)
+    return allowed if rule is None else ops.logical_and(rule, allowed)
+
+
+def attention_rule_mask(padding=None, attention_mask=None, rule=None):
+    """Padding `(B, T, S)`, an explicit `attention_mask` and a `position_rule` merged into one mask, or `None`.
+
+    A per-head rule (rank 4 or more) gets a head axis on the others.
+    """
+    other = merge_masks(padding, attention_mask)
+    if other is not None and rule is not None and len(rule.shape) == 4 and len(other.shape) == 3:
+        other = ops.expand_dims(other, 1)  # [B, 1, T, S] against a per-head rule
+    return merge_masks(other, rule)

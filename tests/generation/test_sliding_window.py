@@ -23,7 +23,7 @@ def tiny(**options):
 def masked_full_logits(model, tokens):
     """One pass over the whole sequence, each attention restricted to the last WINDOW positions by a dense mask."""
     length = tokens.shape[1]
-    hidden = model._embed(tokens, 0)
+    hidden = model.embed(tokens, 0)
     for block in model.transformer_blocks:
         if model.attention == "linear":  # no attention_mask argument: the layer's windowed form
             hidden = block(hidden, self_attention_window=WINDOW)
@@ -62,7 +62,7 @@ def test_ring_cache_decoding_equals_the_windowed_full_pass(options):
     chunks = [(0, 3), (3, WINDOW), (WINDOW, WINDOW + 1)] + [(t, t + 1) for t in range(WINDOW + 1, 2 * WINDOW)]
     chunks += [(2 * WINDOW, 2 * WINDOW + 6), (2 * WINDOW + 6, tokens.shape[1])]
     for start, stop in chunks:
-        logits, cache = model.call_with_cache(tokens[:, start:stop], cache, start, window=WINDOW)
+        logits, cache, _ = model.call_with_cache(tokens[:, start:stop], cache, start, window=WINDOW)
         np.testing.assert_allclose(logits, expected[:, start:stop], atol=2e-5, err_msg=f"positions {start}..{stop}")
     assert all(keras.ops.shape(layer)[2] == WINDOW for layer in cache if len(keras.ops.shape(layer)) == 5)
 

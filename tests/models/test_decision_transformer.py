@@ -1,3 +1,5 @@
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -100,3 +102,56 @@ def test_bad_input():
         DecisionTransformer(STATE_DIM, 0, max_timestep=STEPS)
     with pytest.raises(ValueError, match="Received: return_scale=0"):
         DecisionTransformer(STATE_DIM, 2, max_timestep=STEPS, return_scale=0)
+
+
+@pytest.mark.parametrize(
+    "name, value, shown",
+    [
+        ("actions", -1, "actions=-1"),  # an embedding lookup would wrap to the last action
+        ("actions", NUM_ACTIONS, f"actions={NUM_ACTIONS}"),  # XLA would clamp to the last action
+        ("timesteps", -3, "timesteps=-3"),
+        ("timesteps", STEPS, f"timesteps={STEPS}"),
+    ],
+)
+def test_actions_and_timesteps_outside_their_tables_are_refused(name, value, shown):
+    model = DecisionTransformer(STATE_DIM, NUM_ACTIONS, max_timestep=STEPS, hidden_dim=16, num_layers=1)
+    inputs, _, _ = trajectories(2, seed=4)
+    bad = {**inputs, name: inputs[name].copy()}
+    bad[name][1, 5] = value
+    # (Keras adds the call's arguments to the message on lines of their own.)
+    with pytest.raises(ValueError, match=re.escape(f"must be integers in [") + f".*Received: {shown} at index \\(1, 5\\)"):
+        model(bad)
+    # Traced (predict, fit), where nothing can be raised: that trajectory's logits are NaN, the others exact.
+    logits = model.predict(bad, verbose=0)
+    assert np.isnan(logits[1]).all()
+    np.testing.assert_allclose(logits[0], np.asarray(model(inputs))[0], atol=1e-5)
+
+
+def test_a_compiled_fit_on_a_negative_action_shows_a_nan_loss():
+    model = DecisionTransformer(STATE_DIM, NUM_ACTIONS, max_timestep=STEPS, hidden_dim=16, num_layers=1)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    inputs, actions, _ = trajectories(4, seed=5)
+    inputs["actions"] = inputs["actions"].copy()  # the targets stay valid
+    inputs["actions"][2, 3] = -1  # once wrapped to the last action, silently
+    assert np.isnan(model.fit(inputs, actions, epochs=1, verbose=0).history["loss"][0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, shown",
+    [
+        ({"dropout": float("nan")}, "dropout=nan"),
+        ({"return_scale": float("inf")}, "return_scale=inf"),
+        ({"intermediate_dim": 0}, "intermediate_dim=0"),
+        ({"hidden_dim": 16.0}, "hidden_dim=16.0"),
+    ],
+)
+def test_bad_hyperparameters_are_refused_in_one_line(kwargs, shown):
+    with pytest.raises(ValueError) as error:
+        DecisionTransformer(STATE_DIM, NUM_ACTIONS, max_timestep=STEPS, **kwargs)
+    assert "\n" not in str(error.value) and str(error.value).endswith(f"Received: {shown}")
+
+
+def test_numpy_integer_sizes_are_accepted():
+    model = DecisionTransformer(np.int64(STATE_DIM), np.int32(NUM_ACTIONS), max_timestep=np.int64(STEPS),
+                                hidden_dim=np.int64(16), num_layers=np.int64(1))
+    assert model.get_config()["num_actions"] == NUM_ACTIONS and type(model.get_config()["max_timestep"]) is int

@@ -66,8 +66,8 @@ def test_exit_after_the_first_layer_and_state_propagation(options):
     np.testing.assert_allclose(logits, first_layer_logits[:, 5:], atol=1e-4)
     # The skipped layers hold keys/values projected from the exit state (CALM's propagation).
     cache = model.init_cache(1, 12)
-    _, cache = model.call_with_cache(tokens[:, :5], cache, 0)
-    _, cache = model.call_with_cache(tokens[:, 5:6], cache, 5)
+    _, cache, _ = model.call_with_cache(tokens[:, :5], cache, 0)
+    _, cache, _ = model.call_with_cache(tokens[:, 5:6], cache, 5)
     x = gpt2.token_embedding(tokens[:, :6])
     if gpt2.position_embedding is not None:
         x = x + gpt2.position_embedding(x)
@@ -173,7 +173,7 @@ def test_bad_arguments():
         EarlyExitLM(gpt2, confidence="entropy")
     with pytest.raises(ValueError, match="Received: window=4"):
         model.call_with_cache(np.zeros((1, 1), "int32"), model.init_cache(1, 8), 0, window=4)
-    with pytest.raises(ValueError, match="softmax attention"):
+    with pytest.raises(ValueError, match="decodes with key/value caches.*a recurrent state is not"):
         EarlyExitLM(backbone(attention="linear"))
     with pytest.raises(ValueError, match='Received: confidence="softmax_response"'):
         model.exit_classifier_model()

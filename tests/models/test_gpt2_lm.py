@@ -96,9 +96,9 @@ def test_cached_logits_across_a_cache_resize_equal_the_full_pass(options):
     model = tiny(max_sequence_length=160, **options)
     tokens = rng.integers(0, 61, size=(2, 100)).astype("int32")
     caches = model.init_cache(2, 64)
-    first, caches = model.call_with_cache(tokens[:, :50], caches, 0)
+    first, caches, _ = model.call_with_cache(tokens[:, :50], caches, 0)
     caches = model.resize_cache(caches, 128)
-    second, caches = model.call_with_cache(tokens[:, 50:], caches, 50)
+    second, caches, _ = model.call_with_cache(tokens[:, 50:], caches, 50)
     cached = np.concatenate([first, second], axis=1)
     np.testing.assert_allclose(cached, np.asarray(model(tokens)), atol=1e-4)
 

@@ -51,7 +51,7 @@ def test_ring_and_full_caches_token_by_token_equal_the_full_pass(options):
     assert [tuple(c.shape)[2] for c in caches] == [length, W]  # a full cache, a ring of W slots
     logits = []
     for index in range(length):
-        step, caches = model.call_with_cache(tokens[:, index : index + 1], caches, index)
+        step, caches, _ = model.call_with_cache(tokens[:, index : index + 1], caches, index)
         logits.append(np.asarray(step))
     np.testing.assert_allclose(np.concatenate(logits, axis=1), full, atol=1e-4)
 

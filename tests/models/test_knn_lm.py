@@ -26,11 +26,11 @@ def greedy_with_cache(model, prompt, new_tokens):
     """A small greedy loop over `call_with_cache`: the tokens and every step's log-probabilities."""
     tokens = np.array([prompt], "int32")
     cache = model.init_cache(1, len(prompt) + new_tokens)
-    outputs, cache = model.call_with_cache(tokens, cache, 0)
+    outputs, cache, _ = model.call_with_cache(tokens, cache, 0)
     steps = [np.asarray(outputs)[:, -1]]
     for _ in range(new_tokens - 1):
         tokens = np.concatenate([tokens, [[int(steps[-1][0].argmax())]]], axis=1).astype("int32")
-        outputs, cache = model.call_with_cache(tokens[:, -1:], cache, tokens.shape[1] - 1)
+        outputs, cache, _ = model.call_with_cache(tokens[:, -1:], cache, tokens.shape[1] - 1)
         steps.append(np.asarray(outputs)[:, -1])
     return list(tokens[0]) + [int(steps[-1][0].argmax())], np.stack(steps, 1)
 
@@ -58,7 +58,7 @@ def test_interpolation_zero_is_the_lm_exactly_cached_and_not():
     inputs, targets = corpus()
     knn = KNNLM(model, Datastore.from_model(model, inputs, targets, k=8), interpolation=0.0)
     tokens = rng.integers(0, 61, size=(2, 9))
-    logits, _ = model.call_with_cache(tokens, model.init_cache(2, 9), 0)
+    logits, _, _ = model.call_with_cache(tokens, model.init_cache(2, 9), 0)
     np.testing.assert_array_equal(np.asarray(knn(tokens)), np.asarray(keras.ops.log_softmax(logits, axis=-1)))
     generated, steps = greedy_with_cache(knn, [4, 9, 2], 8)
     lm_generated, lm_steps = greedy_with_cache(model, [4, 9, 2], 8)
@@ -142,3 +142,14 @@ def test_bad_arguments():
         KNNLM(model, Datastore(4, 32, 7, k=2))
     with pytest.raises(ValueError, match="Received: datastore=None"):
         KNNLM(model, None)
+
+
+def test_a_datastore_of_another_width_is_refused_in_one_line():
+    # Before: a raw MatMul error at call time.
+    model = lm()
+    datastore = Datastore(size=4, key_dim=16, vocabulary_size=61, k=2)
+    knn = KNNLM(model, datastore, interpolation=0.5)
+    with pytest.raises(ValueError, match=r"key_dim=16 features but the LM's hidden states have 32"):
+        knn(np.zeros((1, 3), "int32"))
+    with pytest.raises(ValueError, match=r"key_dim=16 features but the LM's hidden states have 32"):
+        knn.call_with_cache(np.zeros((1, 3), "int32"), knn.init_cache(1, 3), 0)

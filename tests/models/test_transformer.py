@@ -31,7 +31,7 @@ def test_cached_decoding_equals_the_full_decoder(norm_position):
     full = np.asarray(model({"source": source, "target": target}))
     cache = model.init_cache(2, 5, source=source)
     for t in range(5):
-        logits, cache = model.call_with_cache(target[:, t : t + 1], cache, t)
+        logits, cache, _ = model.call_with_cache(target[:, t : t + 1], cache, t)
         np.testing.assert_allclose(logits[:, 0], full[:, t], rtol=1e-4, atol=1e-5)
 
 
@@ -129,7 +129,7 @@ def host_beam_search(model, source, max_length, beam_size, length_penalty):
     finished = np.zeros(rows, bool)
     lengths = np.zeros(rows, np.int32)
     for t in range(max_length):
-        logits, cache = model.call_with_cache(tokens[:, t : t + 1], cache, t)
+        logits, cache, _ = model.call_with_cache(tokens[:, t : t + 1], cache, t)
         log_probs = np.asarray(keras.ops.log_softmax(logits[:, -1], axis=-1), np.float64)
         vocabulary = log_probs.shape[-1]
         # A finished hypothesis only extends with padding, at no cost.

@@ -17,7 +17,7 @@ def segment_by_segment(model, tokens, length):
     """Logits of `tokens` read in segments of `length`, each after the memory of the previous ones."""
     cache, logits = model.init_cache(len(tokens)), []
     for start in range(0, tokens.shape[1], length):
-        out, cache = model.call_with_cache(tokens[:, start : start + length], cache)
+        out, cache, _ = model.call_with_cache(tokens[:, start : start + length], cache)
         logits.append(np.asarray(out))
     return np.concatenate(logits, axis=1), cache
 

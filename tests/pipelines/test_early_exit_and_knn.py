@@ -49,7 +49,7 @@ def test_eval_with_a_datastore_of_the_training_split(trained_run, small_wikitext
     "options, message",
     [
         (["--knn-k", "100000"], "k=100000"),
-        (["--knn-interpolation", "1.5"], "Received: 1.5"),
+        (["--knn-interpolation", "1.5"], "Received: knn_interpolation=1.5"),
     ],
 )
 def test_eval_knn_bad_input_is_one_clear_line(trained_run, small_wikitext, options, message):

@@ -110,6 +110,12 @@ def test_cli_eval_generate_and_export(trained_run, small_wikitext, tmp_path):
 
     result = run_tfam(["generate", trained_run, "--prompt", "the game", "--max-new-tokens", "5", "--sampler", "greedy"])
     assert result.stdout.startswith("the game ")
+    # Temperature 0 is greedy, as in the exported signature (before: an error in the CLI only).
+    cold = run_tfam(["generate", trained_run, "--prompt", "the game", "--max-new-tokens", "5", "--sampler", "top_p",
+                     "--temperature", "0"])
+    assert cold.stdout == result.stdout
+    hot = run_tfam(["generate", trained_run, "--prompt", "a", "--temperature", "nan"], check=False)
+    assert hot.returncode == 2 and hot.stderr.strip().splitlines()[-1].startswith("tfam: error: `--temperature`")
 
     target = str(tmp_path / "exports" / "7")
     assert "-> " + target in run_tfam(["export", trained_run, "--out", target]).stdout

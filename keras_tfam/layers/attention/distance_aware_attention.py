@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.ops import masks as mask_ops
 from keras_tfam.ops.attention import apply_attention_weights
 
@@ -24,6 +25,7 @@ def distance_rescale(distance, sharpness):
     return (1.0 + ops.exp(sharpness)) * ops.sigmoid(distance - sharpness)
 
 
+@register_attention("distance_aware")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class DistanceAwareAttention(MultiHeadAttention):
     """Self-attention re-scaled by real token distances (DA-Transformer, Wu et al. 2021).
@@ -50,17 +52,18 @@ class DistanceAwareAttention(MultiHeadAttention):
         sharpness_initializer: initializer of the per-head `v` (default
             zeros: coefficients bounded by 2).
 
+    Distances are between absolute positions, so every option of
+    `MultiHeadAttention` means the same here: cross-attention (`value`,
+    `key`), padding and attention masks, `use_causal_mask`, `window`,
+    patterns, a `memory`, and decoding with a KV cache (ring caches
+    included), where each cached key keeps its position.
+
     Call arguments:
-        query: `(B, T, D)`; self-attention only.
-        query_mask: boolean padding mask `(B, T)`, `True` = real token;
-            default: the Keras mask of `query`.
-        attention_mask: boolean `(B, T, T)`, `True` = may attend.
-        use_causal_mask: restrict attention to earlier positions.
-        return_attention_scores: also return the `(B, N, T, T)` weights.
-        training: whether dropout is active.
+        As `MultiHeadAttention`.
 
     Returns:
-        `(B, T, output_dim)`, and the weights with `return_attention_scores`.
+        `(B, T, output_dim)`; `(outputs, cache)` with a cache; and the
+        weights with `return_attention_scores`.
 
     Example:
 
@@ -68,6 +71,9 @@ class DistanceAwareAttention(MultiHeadAttention):
     >>> attention(keras.random.normal((2, 50, 256))).shape
     (2, 50, 256)
     """
+
+    accepts_position = False
+    example_options = ({"distance_weight_initializer": "random_normal", "sharpness_initializer": "random_normal"},)
 
     def __init__(
         self,
@@ -77,17 +83,17 @@ class DistanceAwareAttention(MultiHeadAttention):
         sharpness_initializer="zeros",
         **kwargs,
     ):
-        super().__init__(num_heads, key_dim, **kwargs)
-        if self.position is not None:
+        if kwargs.get("position") is not None:
             raise ValueError(
                 "DistanceAwareAttention encodes positions through token distances and takes no "
-                f"position scheme. Received: position={self.position!r}"
+                f"position scheme. Received: position={kwargs['position']!r}"
             )
+        super().__init__(num_heads, key_dim, **kwargs)
         self.distance_weight_initializer = keras.initializers.get(distance_weight_initializer)
         self.sharpness_initializer = keras.initializers.get(sharpness_initializer)
 
-    def build(self, query_shape):
-        super().build(query_shape)
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        super().build(query_shape, value_shape, key_shape)
         self.distance_weight = self.add_weight(
             name="distance_weight", shape=(self.num_heads,), initializer=self.distance_weight_initializer
         )
@@ -95,48 +101,26 @@ class DistanceAwareAttention(MultiHeadAttention):
             name="sharpness", shape=(self.num_heads,), initializer=self.sharpness_initializer
         )
 
-    def call(
-        self,
-        query,
-        query_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        return_attention_scores=False,
-        training=None,
-    ):
-        _, _, query_mask, key_mask = self._resolve_inputs(query, None, None, query_mask, None, None, None)
-        q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
-        k = self._split_heads(self.key_dense(query), self.num_key_value_heads)  # [B, T, K, H]
-        v = self._split_heads(self.value_dense(query), self.num_key_value_heads)
-        groups = self.num_heads // self.num_key_value_heads
-        k = ops.repeat(k, groups, axis=2) if groups > 1 else k
+    def attend(self, query, key, value, context):
+        """`ReLU(Q K^T) * f(w |i - j|; v)`, normalised by its row sums, at the queries' and keys' absolute positions."""
+        key, value = self.repeat_key_value_heads(key), self.repeat_key_value_heads(value)
         scale = self.scale if self.scale is not None else self.key_dim**-0.5
-        scores = ops.einsum("btnh,bsnh->bnts", ops.cast(q, "float32") * scale, ops.cast(k, "float32"))
-
-        length = ops.shape(query)[1]
-        positions = ops.arange(length, dtype="float32")
-        distance = ops.abs(positions[:, None] - positions[None, :])  # [T, T]
+        scores = ops.einsum("btnh,bsnh->bnts", ops.cast(query, "float32") * scale, ops.cast(key, "float32"))
+        distance = ops.cast(ops.abs(mask_ops.relative_distance(context.query_positions, context.key_positions)),
+                            "float32")  # [T, S]
         weight = ops.cast(self.distance_weight, "float32")[:, None, None]
         sharpness = ops.cast(self.sharpness, "float32")[:, None, None]
-        coefficients = distance_rescale(weight * distance, sharpness)  # [N, T, T]
+        coefficients = distance_rescale(weight * distance, sharpness)  # [N, T, S]
         scores = ops.relu(scores) * coefficients[None]
-
-        mask = mask_ops.merge_masks(
-            mask_ops.padding_to_attention_mask(query_mask, key_mask),
-            attention_mask,
-            mask_ops.causal_mask(length) if use_causal_mask else None,
-        )
+        mask = context.mask()
         if mask is not None:
-            scores = ops.where(ops.expand_dims(ops.cast(mask, "bool"), 1), scores, 0.0)
+            mask = ops.cast(mask, "bool")
+            scores = ops.where(mask if len(mask.shape) == 4 else ops.expand_dims(mask, 1), scores, 0.0)
         totals = ops.sum(scores, axis=-1, keepdims=True)
         weights = scores / ops.where(totals > 0.0, totals, 1.0)
-        dropped = self.dropout_layer(weights, training=training) if self.dropout else weights
-        outputs = apply_attention_weights(dropped, ops.cast(v, self.compute_dtype))  # [B, T, N, Hv]
-        shape = ops.shape(outputs)
-        outputs = self.output_dense(ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim)))
-        if return_attention_scores:
-            return outputs, weights
-        return outputs
+        dropped = self.dropout_layer(weights, training=context.training) if self.dropout else weights
+        outputs = apply_attention_weights(dropped, ops.cast(value, self.compute_dtype))  # [B, T, N, Hv]
+        return outputs, weights, None
 
     def get_config(self):
         config = super().get_config()

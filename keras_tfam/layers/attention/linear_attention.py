@@ -6,9 +6,10 @@ from keras import ops
 from keras_tfam.layers.attention.feature_maps.elu_feature_map import EluFeatureMap
 from keras_tfam.layers.attention.feature_maps.feature_map import FeatureMap
 from keras_tfam.layers.attention.feature_maps.random_feature_map import MAX_EXPONENT
+from keras_tfam.layers.attention.caches.recurrent_state_cache import RecurrentStateCache
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
-from keras_tfam.layers.position.attention_position_scheme import check_no_score_bias
-from keras_tfam.utils import check_positive_int, check_window, static_dim
+from keras_tfam.layers.attention.registry import register_attention
+from keras_tfam.utils import check_positive_int, static_dim
 
 # Feature maps by name; a `FeatureMap` object is accepted too.
 FEATURE_MAPS = ("elu", "exp")
@@ -155,6 +156,7 @@ def _decayed_linear_numerator(q, k, v, decays, state, sizes):
     return ops.transpose(outputs, (0, 2, 1, 3)), inclusive[:, :, -1]
 
 
+@register_attention("linear")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class LinearAttention(MultiHeadAttention):
     """Attention of cost linear in sequence length, through a feature map `phi`.
@@ -179,7 +181,9 @@ class LinearAttention(MultiHeadAttention):
     `H` for elu and exp), and each new token costs
     O(1). Same call convention as `MultiHeadAttention`; padding masks are
     supported (padded keys contribute nothing), arbitrary `attention_mask`s
-    and bias position schemes are not (rotary is).
+    and bias position schemes are not (rotary is). A `memory` (past hidden
+    states) is seen by every query: causally it enters as the initial
+    state.
 
     With a `window`, each query attends (through the same kernel) to the
     `window` most recent positions only, for a model trained on contexts
@@ -215,6 +219,11 @@ class LinearAttention(MultiHeadAttention):
 
     # No attention weights to drop out: models skip their attention dropout.
     has_attention_weights = False
+    supports_attention_mask = False
+    supports_attention_scores = False
+    accepts_score_bias = False
+    decodes_causally = True
+    example_options = ({}, {"feature_map": "exp", "chunk_size": 4})
 
     def __init__(self, num_heads, key_dim, feature_map="elu", chunk_size=64, epsilon=1e-6, **kwargs):
         super().__init__(num_heads, key_dim, **kwargs)
@@ -223,13 +232,8 @@ class LinearAttention(MultiHeadAttention):
                 f"`feature_map` must be one of {FEATURE_MAPS} or a FeatureMap. Received: feature_map={feature_map!r}"
             )
         check_positive_int("chunk_size", chunk_size)
-        check_no_score_bias("LinearAttention", self.position)
-        if self.dropout:
-            raise ValueError(
-                f"LinearAttention has no attention weights to drop out. Received: dropout={self.dropout}"
-            )
         self.feature_map = feature_map
-        self.chunk_size = chunk_size
+        self.chunk_size = int(chunk_size)
         self.epsilon = epsilon
         # The kernel's feature map; None for Shen et al.'s "exp", normalised differently.
         self.phi = {"elu": EluFeatureMap(name="phi"), "exp": None}.get(feature_map, feature_map)
@@ -255,113 +259,62 @@ class LinearAttention(MultiHeadAttention):
         """
         return None
 
-    def init_cache(self, batch_size, max_length=None, dtype="float32", window=None):
-        """The empty recurrent state `(B, N, M, Hv + 1)` (`max_length` is not needed),
-        or with a `window` a ring of keys and values `(B, 2, slots, K, H)`."""
-        if check_window(window) is not None or self.pattern is not None:
-            return super().init_cache(batch_size, max_length, dtype, window)
-        return ops.zeros((batch_size, self.num_heads, self.feature_dim, self.value_dim + 1), dtype)
+    def _windowed(self, window):
+        """Whether a call computes the windowed form (a `window` or a `pattern`): masked kernel, KV ring cache."""
+        return window is not None or self.pattern is not None
 
-    def resize_cache(self, cache, max_length):
-        """The recurrent state does not grow with the length: returned as is (a ring grows)."""
-        if len(cache.shape) == 5:
-            return super().resize_cache(cache, max_length)
-        return cache
+    def cache_for(self, window=None):
+        """The recurrent state `(B, N, M, Hv + 1)`, or with a `window` (or pattern) a ring of keys and values."""
+        if self._windowed(window):
+            return super().cache_for(window)
+        return RecurrentStateCache(self.num_heads, self.feature_dim, self.value_dim)
 
-    def _check_cache(self, cache):
-        if len(cache.shape) == 5:
-            return super()._check_cache(cache)
-        expected = (self.num_heads, self.feature_dim, self.value_dim + 1)
-        if len(cache.shape) != 4 or tuple(cache.shape[1:]) != expected:
+    def attend(self, query, key, value, context):
+        kind = type(self).__name__
+        if self.is_gated and not context.causal:
             raise ValueError(
-                f"`cache` must be the recurrent state (batch, {expected[0]}, {expected[1]}, "
-                f"{expected[2]}). Received: cache.shape={tuple(cache.shape)}"
+                f"A gated {kind} is a causal recurrence: call it with use_causal_mask=True or a cache. "
+                "Received: use_causal_mask=False"
             )
-
-    def _repeat_kv(self, x):
-        groups = self.num_heads // self.num_key_value_heads
-        return x if groups == 1 else ops.repeat(x, groups, axis=2)
-
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        window=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-    ):
-        if attention_mask is not None or return_attention_scores:
+        if self.is_gated and context.window is not None:
             raise ValueError(
-                "LinearAttention supports padding masks, `use_causal_mask` and `window` only; it has no "
-                "attention_mask and no attention scores."
+                f"A gated recurrence has no windowed form (its state forgets by itself). Received: window={context.window}"
             )
-        if self.is_gated and not (use_causal_mask or cache is not None):
-            raise ValueError(
-                f"A gated {type(self).__name__} is a causal recurrence: call it with use_causal_mask=True or a "
-                "cache. Received: use_causal_mask=False"
-            )
-        if self.is_gated and check_window(window) is not None:
-            raise ValueError(f"A gated recurrence has no windowed form (its state forgets by itself). Received: window={window}")
+        memory_length = context.memory_length
+        if self.is_gated and (not isinstance(memory_length, int) or memory_length):
+            raise ValueError(f"A gated {kind} takes no `memory`: its state is the memory. Received: a memory")
         if self.phi is not None:
-            self.phi.advance(training)
-        if check_window(window) is not None or self.pattern is not None:
-            # The windowed form: MultiHeadAttention's masks and ring cache,
-            # with the kernel of `_compute_attention` below.
-            if cache is not None and len(cache.shape) != 5:
-                raise ValueError(
-                    "With a `window` the cache is a ring of keys and values (init_cache(..., window=...)), "
-                    f"not the recurrent state. Received: cache.shape={tuple(cache.shape)}"
-                )
-            return super().call(
-                query, value, key, query_mask=query_mask, value_mask=value_mask, key_mask=key_mask,
-                use_causal_mask=use_causal_mask or cache is not None, window=window, cache=cache,
-                cache_update_index=cache_update_index, training=training,
-            )
-        if cache is not None and len(cache.shape) == 5:
-            raise ValueError(
-                "Without a `window` the cache is the recurrent state (init_cache(batch_size)); a ring of keys and "
-                f"values (init_cache(..., window=...)) needs its `window`. Received: cache.shape={tuple(cache.shape)}, "
-                "window=None"
-            )
-        value, key, query_mask, key_padding = self._resolve_inputs(
-            query, value, key, query_mask, value_mask, key_mask, cache
-        )
-        offset = 0 if cache_update_index is None else cache_update_index
-
-        q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
-        k = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
-        v = self._split_heads(self.value_dense(value), self.num_key_value_heads)  # [B, S, K, Hv]
-        if self.position is not None:
-            q, k = self.position.rotate_query_key(q, k, offset, offset)
-        k, v = self._repeat_kv(k), self._repeat_kv(v)
+            self.phi.advance(context.training)
+        if self._windowed(context.window):
+            # The windowed form: MultiHeadAttention's masks, bands and ring
+            # cache, with the kernel of `_compute_attention` below.
+            return super().attend(query, key, value, context)
+        q, k, v = query, self.repeat_key_value_heads(key), self.repeat_key_value_heads(value)
         q, k, v = (ops.cast(x, "float32") for x in (q, k, v))
-        keep = None if key_padding is None else ops.cast(key_padding, "float32")[:, :, None, None]
-
-        state = None
-        if cache is not None:
-            self._check_cache(cache)
-            state = ops.cast(cache, "float32")
-        causal = use_causal_mask or cache is not None
-        gate_logits = self._gate_logits(key)
+        key_mask = context.key_mask
+        keep = None if key_mask is None else ops.cast(key_mask, "float32")[:, :, None, None]
+        gate_logits = self._gate_logits(context.inputs["key"])
         if gate_logits is not None:
             gate_logits = ops.cast(gate_logits, "float32")
-        outputs, state = self._linear_attention(q, k, v, keep, causal, state, gate_logits)
-        if query_mask is not None:
-            outputs = outputs * ops.cast(query_mask, outputs.dtype)[:, :, None, None]
-        shape = ops.shape(outputs)
-        outputs = ops.reshape(ops.cast(outputs, self.compute_dtype), (shape[0], shape[1], self.num_heads * self.value_dim))
-        outputs = self.output_dense(outputs)
-        if cache is not None:
-            return outputs, ops.cast(state, cache.dtype)
-        return outputs
+        state = context.state
+        if context.causal and (not isinstance(memory_length, int) or memory_length):
+            # Every query sees the whole memory: it enters as the initial state.
+            memory_keep = None if keep is None else keep[:, :memory_length]
+            state = self._memory_state(k[:, :memory_length], v[:, :memory_length], memory_keep)
+            k, v = k[:, memory_length:], v[:, memory_length:]
+            keep = None if keep is None else keep[:, memory_length:]
+        outputs, state = self._linear_attention(q, k, v, keep, context.causal, state, gate_logits)
+        if context.query_mask is not None:
+            outputs = outputs * ops.cast(context.query_mask, outputs.dtype)[:, :, None, None]
+        return outputs, None, state if context.cached else None
+
+    def _memory_state(self, key, value, keep):
+        """The state `(B, N, M, Hv + 1)` of a memory's float32 keys and values `(B, M, N, .)`, every one visible."""
+        _, k_features = self._features(key, key)
+        if keep is not None:
+            k_features = k_features * keep
+        value = ops.concatenate([value, ops.ones_like(value[..., :1])], axis=-1)
+        return ops.einsum("bsnm,bsnv->bnmv", k_features, value)
 
     def _compute_attention(self, query, key, value, attention_mask, bias, training, return_attention_scores):
         """The windowed form: the kernel `phi(q) . phi(k)` in place of `exp(q . k)`, under an explicit mask.
@@ -369,7 +322,7 @@ class LinearAttention(MultiHeadAttention):
         `(B, T, N, H)` queries over `(B, S, K, H)` keys; O(T * S), for
         windows and ring caches (the unmasked forms use `_linear_attention`).
         """
-        q, k, v = (ops.cast(x, "float32") for x in (query, self._repeat_kv(key), self._repeat_kv(value)))
+        q, k, v = (ops.cast(x, "float32") for x in (query, self.repeat_key_value_heads(key), self.repeat_key_value_heads(value)))
         mask = ops.cast(attention_mask, "float32")
         if len(mask.shape) == 3:
             mask = ops.expand_dims(mask, 1)

@@ -4,12 +4,13 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
-from keras_tfam.layers.position.attention_position_scheme import check_no_score_bias
+from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.utils import check_positive_int
 
 SHARINGS = ("headwise", "key_value", "none")
 
 
+@register_attention("linformer", decoder=False)
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class LinformerAttention(MultiHeadAttention):
     """Attention over `k` projected positions, in time linear in the sequence (Linformer).
@@ -36,7 +37,7 @@ class LinformerAttention(MultiHeadAttention):
         bias_initializer, output_kernel_initializer: as in
         `MultiHeadAttention` (`position`: rotary only).
         sequence_length: `n`, the longest key sequence.
-        projected_length: `k`, the projected positions.
+        projected_length: `k <= n`, the projected positions.
         sharing: `"headwise"`, `"key_value"` or `"none"`.
         projection_initializer: initializer of `E` and `F`; default
             normal with standard deviation `1 / sqrt(n)` (fairseq's Linformer:
@@ -60,16 +61,34 @@ class LinformerAttention(MultiHeadAttention):
     (2, 4096, 512)
     """
 
+    supports_causal = False
+    supports_window = False
+    supports_cache = False
+    supports_attention_mask = False
+    supports_pattern = False
+    supports_memory = False
+    accepts_score_bias = False
+    example_options = ({"sequence_length": 16, "projected_length": 4}, {"sequence_length": 16, "sharing": "none"})
+    refusal_reasons = {
+        "use_causal_mask": "it is not causal: each projected key mixes every position",
+        "cache": "it is not causal, so it does not decode",
+    }
+
     def __init__(
         self, num_heads, key_dim, sequence_length, projected_length=256, sharing="headwise",
         projection_initializer=None, **kwargs,
     ):
         super().__init__(num_heads, key_dim, **kwargs)
-        check_positive_int("sequence_length", sequence_length)
-        check_positive_int("projected_length", projected_length)
+        sequence_length = check_positive_int("sequence_length", sequence_length)
+        projected_length = check_positive_int("projected_length", projected_length)
         if sharing not in SHARINGS:
             raise ValueError(f"`sharing` must be one of {SHARINGS}. Received: sharing={sharing!r}")
-        check_no_score_bias("LinformerAttention", self.position)
+        if projected_length > sequence_length:
+            # k > n: E K still has rank <= n, and the (T, k) scores cost more than plain attention's (T, n).
+            raise ValueError(
+                f"`projected_length` must be at most `sequence_length`={sequence_length} (Linformer projects "
+                f"the n positions to k <= n). Received: projected_length={projected_length}"
+            )
         self.sequence_length = sequence_length
         self.projected_length = projected_length
         self.sharing = sharing
@@ -96,55 +115,25 @@ class LinformerAttention(MultiHeadAttention):
             return ops.einsum("kps,bskh->bpkh", columns, x)
         return ops.einsum("ps,bskh->bpkh", columns, x)
 
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        window=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-    ):
-        if use_causal_mask:
-            raise ValueError(
-                "LinformerAttention is not causal: each projected key mixes every position. Received: "
-                "use_causal_mask=True"
-            )
-        for name, argument in (("attention_mask", attention_mask), ("window", window), ("cache", cache)):
-            if argument is not None:
-                raise ValueError(f"LinformerAttention takes padding masks only, no `{name}`. Received: {name}={argument!r}")
-        value, key, query_mask, key_padding = self._resolve_inputs(
-            query, value, key, query_mask, value_mask, key_mask, None
-        )
+    def attend(self, query, key, value, context):
+        """Keys and values projected along the sequence, then softmax attention over the `k` projected rows."""
         length = key.shape[1]
         if length is not None and length > self.sequence_length:
             raise ValueError(
                 f"LinformerAttention projects at most sequence_length={self.sequence_length} positions. "
                 f"Received: a key sequence of length {length}"
             )
-        q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
-        k = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
-        v = self._split_heads(self.value_dense(value), self.num_key_value_heads)  # [B, S, K, Hv]
-        if self.position is not None:
-            q, k = self.position.rotate_query_key(q, k)
-        if key_padding is not None:
-            keep = ops.cast(key_padding, k.dtype)[:, :, None, None]
-            k, v = k * keep, v * keep
-        k = self._project_sequence(k, ops.cast(self.key_projection.value, k.dtype))  # [B, k, K, H]
-        v = self._project_sequence(v, ops.cast(self.value_projection.value, v.dtype))  # [B, k, K, Hv]
-        outputs, weights = self._compute_attention(q, k, v, None, None, training, return_attention_scores)
-        if query_mask is not None:
-            outputs = outputs * ops.cast(query_mask, outputs.dtype)[:, :, None, None]
-        shape = ops.shape(outputs)
-        outputs = self.output_dense(ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim)))
-        return (outputs, weights) if return_attention_scores else outputs
+        if context.key_mask is not None:
+            keep = ops.cast(context.key_mask, key.dtype)[:, :, None, None]
+            key, value = key * keep, value * keep
+        key = self._project_sequence(key, ops.cast(self.key_projection.value, key.dtype))  # [B, k, K, H]
+        value = self._project_sequence(value, ops.cast(self.value_projection.value, value.dtype))  # [B, k, K, Hv]
+        outputs, weights = self._compute_attention(
+            query, key, value, None, None, context.training, context.return_attention_scores
+        )
+        if context.query_mask is not None:
+            outputs = outputs * ops.cast(context.query_mask, outputs.dtype)[:, :, None, None]
+        return outputs, weights, None
 
     def get_config(self):
         config = super().get_config()

@@ -4,11 +4,12 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
-from keras_tfam.ops import masks as mask_ops
+from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.retrieval.nearest_neighbors import nearest_neighbors
 from keras_tfam.utils import check_positive_int
 
 
+@register_attention("memorizing", decoder=False)
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class MemorizingAttention(MultiHeadAttention):
     """Local self-attention plus attention over the top-k of an external memory (Wu et al. 2022).
@@ -22,10 +23,13 @@ class MemorizingAttention(MultiHeadAttention):
     with nothing in memory uses `V_local` alone, so with an empty memory the
     layer is exactly the local attention.
 
-    The memory is a `(B, 2, memory_size, K, H)` tensor in the KV-cache layout
-    plus a `(B, memory_size)` boolean mask of the filled slots; it is not
-    differentiable (gradients stop at it, as in the paper) and is updated
-    first-in first-out by `update_memory` after each segment. Retrieval is
+    The kNN memory (`knn_memory`: a store of past keys and values, not
+    Transformer-XL's `memory` of past hidden states, which this layer takes
+    too, as every attention kind) is a `(B, 2, memory_size, K, H)` tensor in
+    the KV-cache layout plus a `(B, memory_size)` boolean mask of the filled
+    slots; it is not differentiable (gradients stop at it, as in the paper)
+    and is updated first-in first-out by `update_knn_memory` after each
+    segment. Retrieval is
     exact (`keras_tfam.retrieval.nearest_neighbors`), where the paper uses
     approximate search. The position scheme, if any, applies to the local
     attention; memory keys carry no position, as in the paper.
@@ -41,10 +45,12 @@ class MemorizingAttention(MultiHeadAttention):
 
     Call arguments:
         query: `(B, T, D)`; self-attention over the segment.
-        memory: `(B, 2, M, K, H)` keys (index 0) and values (index 1), or
-            `None` (an empty memory).
-        memory_mask: boolean `(B, M)`, `True` = a filled slot; required
-            with `memory`.
+        knn_memory: `(B, 2, M, K, H)` keys (index 0) and values (index 1),
+            or `None` (an empty memory).
+        knn_memory_mask: boolean `(B, M)`, `True` = a filled slot; required
+            with `knn_memory`.
+        The rest as `MultiHeadAttention` (the local attention: masks,
+        windows, patterns, Transformer-XL's `memory`, a KV cache).
         query_mask: boolean padding mask `(B, T)`, `True` = real token.
         use_causal_mask: causal local attention (the memory holds only
             earlier segments, so it is visible to every query).
@@ -56,10 +62,10 @@ class MemorizingAttention(MultiHeadAttention):
     Example:
 
     >>> layer = MemorizingAttention(num_heads=8, key_dim=64, memory_size=4096, num_neighbors=32)
-    >>> memory, memory_mask = layer.init_memory(batch_size=2)
+    >>> store, filled = layer.init_knn_memory(batch_size=2)
     >>> for segment in segments:  # (2, 512, 512) each
-    ...     outputs = layer(segment, memory=memory, memory_mask=memory_mask, use_causal_mask=True)
-    ...     memory, memory_mask = layer.update_memory(memory, memory_mask, segment)
+    ...     outputs = layer(segment, knn_memory=store, knn_memory_mask=filled, use_causal_mask=True)
+    ...     store, filled = layer.update_knn_memory(store, filled, segment)
     """
 
     def __init__(self, num_heads, key_dim, memory_size, num_neighbors=32, gate_initializer="zeros", **kwargs):
@@ -81,16 +87,20 @@ class MemorizingAttention(MultiHeadAttention):
         self.num_neighbors = num_neighbors
         self.gate_initializer = keras.initializers.get(gate_initializer)
 
-    def build(self, query_shape):
-        super().build(query_shape)
+    call_inputs = ("knn_memory", "knn_memory_mask")
+    example_options = ({"memory_size": 8, "num_neighbors": 2},)
+    supports_attention_scores = False
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        super().build(query_shape, value_shape, key_shape)
         self.gate = self.add_weight(name="gate", shape=(self.num_heads,), initializer=self.gate_initializer)
 
-    def init_memory(self, batch_size, dtype="float32"):
+    def init_knn_memory(self, batch_size, dtype="float32"):
         """An empty memory: `(zeros (B, 2, M, K, H), all-False mask (B, M))`."""
         shape = (batch_size, 2, self.memory_size, self.num_key_value_heads, self.key_dim)
         return ops.zeros(shape, dtype), ops.zeros((batch_size, self.memory_size), "bool")
 
-    def update_memory(self, memory, memory_mask, segment, segment_mask=None):
+    def update_knn_memory(self, memory, memory_mask, segment, segment_mask=None):
         """The memory with the keys/values of `segment (B, T, D)` appended, oldest dropped.
 
         `segment_mask (B, T)` marks real tokens (padding is stored as empty
@@ -104,45 +114,36 @@ class MemorizingAttention(MultiHeadAttention):
         memory_mask = ops.concatenate([ops.cast(memory_mask, "bool"), ops.cast(segment_mask, "bool")], axis=1)
         return memory, memory_mask[:, -self.memory_size :]
 
+    # The names of keras_tfam 0.2.
+    init_memory = init_knn_memory
+    update_memory = update_knn_memory
+
     def _check_memory(self, memory, memory_mask):
         expected = (2, self.memory_size, self.num_key_value_heads, self.key_dim)
         if len(memory.shape) != 5 or tuple(memory.shape[1:]) != expected:
             raise ValueError(
-                f"`memory` must have shape (batch, 2, memory_size={self.memory_size}, num_key_value_heads="
-                f"{self.num_key_value_heads}, key_dim={self.key_dim}). Received: memory.shape={tuple(memory.shape)}"
+                f"`knn_memory` must have shape (batch, 2, memory_size={self.memory_size}, num_key_value_heads="
+                f"{self.num_key_value_heads}, key_dim={self.key_dim}). Received: knn_memory.shape={tuple(memory.shape)}"
             )
         if memory_mask is None or tuple(memory_mask.shape[1:]) != (self.memory_size,):
             shape = None if memory_mask is None else tuple(memory_mask.shape)
             raise ValueError(
-                f"`memory_mask` must have shape (batch, memory_size={self.memory_size}). "
-                f"Received: memory_mask.shape={shape}"
+                f"`knn_memory_mask` must have shape (batch, memory_size={self.memory_size}). "
+                f"Received: knn_memory_mask.shape={shape}"
             )
 
-    def call(self, query, memory=None, memory_mask=None, query_mask=None, use_causal_mask=False, training=None):
-        _, _, query_mask, key_mask = self._resolve_inputs(query, None, None, query_mask, None, None, None)
-        q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
-        k = self._split_heads(self.key_dense(query), self.num_key_value_heads)  # [B, T, K, H]
-        v = self._split_heads(self.value_dense(query), self.num_key_value_heads)
-        local_q, local_k = q, k
-        length = ops.shape(query)[1]
-        bias = None
-        if self.position is not None:
-            local_q, local_k = self.position.rotate_query_key(q, k, 0, 0)
-            bias = self.position.attention_bias(length, length)
-        mask = mask_ops.merge_masks(
-            mask_ops.padding_to_attention_mask(query_mask, key_mask),
-            mask_ops.causal_mask(length) if use_causal_mask else None,
-        )
-        local, _ = self._compute_attention(local_q, local_k, v, mask, bias, training, False)  # [B, T, N, H]
-        outputs = local
-        if memory is not None:
-            self._check_memory(memory, memory_mask)
-            remembered, found = self._attend_memory(q, memory, memory_mask)
-            gate = ops.cast(ops.sigmoid(self.gate), "float32")[:, None]  # [N, 1]
-            mixed = gate * remembered + (1.0 - gate) * ops.cast(local, "float32")
-            outputs = ops.cast(ops.where(found[..., None], mixed, ops.cast(local, "float32")), local.dtype)
-        shape = ops.shape(outputs)
-        return self.output_dense(ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim)))
+    def attend(self, query, key, value, context):
+        """The local attention, mixed per head with attention over the kNN memory where a query found one."""
+        local, weights, _ = super().attend(query, key, value, context)  # [B, T, N, H]
+        knn_memory, knn_memory_mask = context.options.get("knn_memory"), context.options.get("knn_memory_mask")
+        if knn_memory is None:
+            return local, weights, None
+        self._check_memory(knn_memory, knn_memory_mask)
+        # Memory keys carry no position: retrieval uses the queries before the position scheme.
+        remembered, found = self._attend_memory(context.inputs["query_heads"], knn_memory, knn_memory_mask)
+        gate = ops.cast(ops.sigmoid(self.gate), "float32")[:, None]  # [N, 1]
+        mixed = gate * remembered + (1.0 - gate) * ops.cast(local, "float32")
+        return ops.cast(ops.where(found[..., None], mixed, ops.cast(local, "float32")), local.dtype), None, None
 
     def _attend_memory(self, query, memory, memory_mask):
         """Softmax attention of `(B, T, N, H)` queries over their retrieved memories.

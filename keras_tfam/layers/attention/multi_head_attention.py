@@ -1,19 +1,14 @@
-"""Multi-head attention with grouped key/value heads, position schemes and a KV cache."""
+"""Multi-head softmax attention with grouped key/value heads, position schemes and a KV cache."""
 
 import keras
 from keras import ops
 
-from keras_tfam.layers.attention.patterns.registry import get_pattern
+from keras_tfam.layers.attention.base_attention import BaseAttention
+from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.ops import masks as mask_ops
+from keras_tfam.ops.attention import apply_attention_weights, attention_weights, scaled_dot_product_attention
 from keras_tfam.ops.banded import band_block_size, banded_attention
-from keras_tfam.ops.attention import (
-    apply_attention_weights,
-    attention_weights,
-    scaled_dot_product_attention,
-)
-from keras_tfam.utils import check_positive_int, check_window, static_dim, static_int
-
+from keras_tfam.utils import static_dim, static_int
 
 # Causal self-attention over at least this many positions runs in query blocks.
 _CAUSAL_BLOCK_MIN_LENGTH = 128
@@ -36,19 +31,9 @@ def _causal_query_blocks(query_length, key_length, attention_mask):
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _mask_block(attention_mask, start, stop):
-    """The rows `start:stop` and columns `:stop` of a mask (broadcast axes kept)."""
-    if attention_mask is None:
-        return None
-    if attention_mask.shape[-2] != 1:
-        attention_mask = attention_mask[..., start:stop, :]
-    if attention_mask.shape[-1] != 1:
-        attention_mask = attention_mask[..., :stop]
-    return attention_mask
-
-
+@register_attention("softmax")
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(BaseAttention):
     """Multi-head attention (Vaswani et al. 2017) for self- and cross-attention.
 
     Queries, keys and values are projected to `num_heads` query heads and
@@ -101,8 +86,10 @@ class MultiHeadAttention(keras.layers.Layer):
     its last position: the score blocks above the diagonal, all masked,
     are skipped.
 
-    Subclasses that change how attention is computed (linear attention, ...)
-    override `_compute_attention`.
+    The pipeline (projections, position scheme, cache, merge) is
+    `BaseAttention`'s; this class is its softmax kernel (`attend`). Kinds
+    that keep its masks, bands and caches but change the scores' kernel
+    (linear attention's windowed form) override `_compute_attention`.
 
     Args:
         num_heads: number of query heads `N`.
@@ -166,395 +153,62 @@ class MultiHeadAttention(keras.layers.Layer):
     (2, 16, 512)
     """
 
-    def __init__(
-        self,
-        num_heads,
-        key_dim,
-        value_dim=None,
-        num_key_value_heads=None,
-        output_dim=None,
-        use_bias=True,
-        dropout=0.0,
-        position=None,
-        scale=None,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        output_kernel_initializer=None,
-        pattern=None,
-        qkv_bias=None,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("key_dim", key_dim)
-        value_dim = key_dim if value_dim is None else value_dim
-        check_positive_int("value_dim", value_dim)
-        num_key_value_heads = num_heads if num_key_value_heads is None else num_key_value_heads
-        check_positive_int("num_key_value_heads", num_key_value_heads)
-        if num_heads % num_key_value_heads:
-            raise ValueError(
-                "`num_heads` must be a multiple of `num_key_value_heads`. Received: "
-                f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
-            )
-        if output_dim is not None:
-            check_positive_int("output_dim", output_dim)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
-        if position is not None and not isinstance(position, AttentionPositionScheme):
-            raise ValueError(
-                "`position` must be an AttentionPositionScheme (RotaryEmbedding, "
-                f"ALiBiBias, RelativePositionBias) or None. Received: position={position!r}"
-            )
-        position_heads = getattr(position, "num_heads", num_heads)
-        if position_heads != num_heads:
-            raise ValueError(
-                f"`position` was built for {position_heads} heads but the attention has "
-                f"num_heads={num_heads}"
-            )
-        pattern = get_pattern(pattern)
-        if pattern is not None and num_heads % pattern.head_groups:
-            raise ValueError(
-                f"`pattern` has {pattern.head_groups} head groups, which must divide num_heads={num_heads}. "
-                f"Received: pattern={pattern!r}"
-            )
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.num_key_value_heads = num_key_value_heads
-        self.output_dim = output_dim
-        self.use_bias = use_bias
-        self.dropout = dropout
-        self.position = position
-        self.scale = scale
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.output_kernel_initializer = keras.initializers.get(
-            output_kernel_initializer or kernel_initializer
-        )
-        self.pattern = pattern
-        self.qkv_bias = use_bias if qkv_bias is None else qkv_bias
-        self.supports_masking = True
 
-    def _dense(self, units, name, kernel_initializer=None, use_bias=None):
-        return keras.layers.Dense(
-            units,
-            use_bias=self.use_bias if use_bias is None else use_bias,
-            kernel_initializer=kernel_initializer or self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
-    def build(self, query_shape, value_shape=None, key_shape=None):
-        if len(query_shape) != 3:
-            raise ValueError(
-                f"`query` must have rank 3 (batch, seq, dim). Received: query.shape={tuple(query_shape)}"
-            )
-        value_shape = query_shape if value_shape is None else value_shape
-        key_shape = value_shape if key_shape is None else key_shape
-        kv_heads = self.num_key_value_heads
-        self.query_dense = self._dense(self.num_heads * self.key_dim, "query", use_bias=self.qkv_bias)
-        self.query_dense.build(query_shape)
-        self.key_dense = self._dense(kv_heads * self.key_dim, "key", use_bias=self.qkv_bias)
-        self.key_dense.build(key_shape)
-        self.value_dense = self._dense(kv_heads * self.value_dim, "value", use_bias=self.qkv_bias)
-        self.value_dense.build(value_shape)
-        self.output_dense = self._dense(
-            self.output_dim or query_shape[-1], "attention_output", self.output_kernel_initializer
-        )
-        self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self.value_dim,))
-        if self.dropout:
-            self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        if self.position is not None and not self.position.built:
-            self.position.build((None, None, self.num_heads, self.key_dim))
-        self.built = True
-
-    def _split_heads(self, x, num_heads):
-        """`(B, T, num_heads * H)` -> `(B, T, num_heads, H)`."""
-        shape = ops.shape(x)
-        return ops.reshape(x, (shape[0], shape[1], num_heads, x.shape[-1] // num_heads))
-
-    def _check_cache(self, cache):
-        expected = (2, None, self.num_key_value_heads, self.key_dim)
-        shape = tuple(cache.shape)
-        if len(shape) != 5 or shape[1] != 2 or shape[3:] != expected[2:]:
-            raise ValueError(
-                "`cache` must have shape (batch, 2, max_length, num_key_value_heads="
-                f"{self.num_key_value_heads}, key_dim={self.key_dim}). Received: cache.shape={shape}"
-            )
-        if self.value_dim != self.key_dim:
-            raise ValueError(
-                "A KV cache needs value_dim == key_dim. Received: "
-                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
-
-    def _resolve_inputs(self, query, value, key, query_mask, value_mask, key_mask, cache):
-        """`(value, key, query_mask, key_padding_mask)` with defaults and Keras masks filled in.
-
-        Keras fills in `*_mask` arguments only for layers called with several
-        tensors, so the Keras masks are read here, as Keras' own attention does.
-        In self-attention without a cache the keys share the queries' padding.
-        """
-        query_mask = mask_ops.keras_mask(query) if query_mask is None else query_mask
-        if value is None:
-            value = query
-            if value_mask is None and cache is None:
-                value_mask = query_mask
-        value_mask = mask_ops.keras_mask(value) if value_mask is None else value_mask
-        key = value if key is None else key
-        if key_mask is None and key is not value:
-            key_mask = mask_ops.keras_mask(key)
-        return value, key, query_mask, mask_ops.merge_masks(value_mask, key_mask)
-
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        window=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-        memory=None,
-        memory_mask=None,
-    ):
-        window = check_window(window)
-        ring = self._ring_window(window)
-        value, key, query_mask, key_padding_mask = self._resolve_inputs(
-            query, value, key, query_mask, value_mask, key_mask, cache
-        )
-        memory_length = 0
-        if memory is not None:
-            if cache is not None:
-                raise ValueError(
-                    "`memory` and `cache` cannot be combined: a decoding model keeps its memory's states in its "
-                    "cache, or passes them as `memory` without a KV cache."
-                )
-            value, key, key_padding_mask = self._prepend_memory(query, value, key, key_padding_mask, memory, memory_mask)
-            memory_length = ops.shape(memory)[1]
-        query_heads = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
-        if cache is not None:
-            self._check_cache(cache)
-        offset = 0 if cache_update_index is None else cache_update_index
-        # A memory takes the M positions from `offset`; the queries follow it.
-        query_offset = offset if memory is None else ops.add(offset, memory_length)
-        query_positions = mask_ops.positions(ops.shape(query_heads)[1], query_offset)
-        if cache is not None and cache_update_index is None:
-            key_heads, value_heads = cache[:, 0], cache[:, 1]  # precomputed source
-            key_positions = mask_ops.positions(ops.shape(key_heads)[1])
-        else:
-            key_heads = self._split_heads(self.key_dense(key), self.num_key_value_heads)  # [B, S, K, H]
-            value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
-            if self.position is not None:
-                query_heads, key_heads = self.position.rotate_query_key(query_heads, key_heads, query_offset, offset)
-            key_positions = mask_ops.positions(ops.shape(key_heads)[1], offset)
-            if cache is not None:
-                cache, key_heads, value_heads, key_positions = self._update_cache(
-                    cache, key_heads, value_heads, cache_update_index, ring
-                )
-        query_length, key_length = static_dim(query_heads.shape[1]), static_dim(key_heads.shape[1])
-        if self.pattern is not None and cache is None and query_length is not None:
+    def attend(self, query, key, value, context):
+        """Softmax attention: banded when the allowed keys lie in a band, by query blocks when causal and
+        long, else dense under the merged mask."""
+        query_length, key_length = static_dim(query.shape[1]), static_dim(key.shape[1])
+        if self.pattern is not None and not context.cached and query_length is not None:
             self.pattern.check_length(query_length)
-
+        plain = not context.cached and context.attention_mask is None and not context.return_attention_scores
         band = None
-        if cache is None and attention_mask is None and not return_attention_scores and self._position_fits_band():
-            band = self._band(query_length, key_length, use_causal_mask, window)
-        blocks = None
-        if use_causal_mask and cache is None and not return_attention_scores and band is None:
-            blocks = _causal_query_blocks(query_length, key_length, attention_mask)
+        if plain and self._position_fits_band():
+            band = self._band(query_length, key_length, context.causal, context.window)
         if band is not None:
             outputs = banded_attention(
-                query_heads,
-                key_heads,
-                value_heads,
+                query,
+                key,
+                value,
                 *band,
-                query_mask=query_mask,
-                key_mask=key_padding_mask,
-                mask_fn=lambda q, k: self._position_rule(q, k, use_causal_mask, window),
+                query_mask=context.query_mask,
+                key_mask=context.key_mask,
+                mask_fn=context.rule,
                 bias_fn=None if self.position is None else self.position.attention_bias,
-                attend=lambda q, k, v, mask, bias: self._compute_attention(q, k, v, mask, bias, training, False)[0],
+                attend=lambda q, k, v, mask, bias: self._compute_attention(q, k, v, mask, bias, context.training, False)[0],
             )
-        elif blocks:
+            return outputs, None, None
+        blocks = None
+        if context.causal and not context.cached and not context.return_attention_scores:
+            blocks = _causal_query_blocks(query_length, key_length, context.attention_mask)
+        if blocks:
             # Causal self-attention by blocks of queries, each over the keys up
             # to its last position: the score blocks above the diagonal, all
             # masked, are never computed (5/8 of the scores with 4 blocks).
             outputs = ops.concatenate(
                 [
-                    self._attend(
-                        query_heads[:, start:stop],
-                        key_heads[:, :stop],
-                        value_heads[:, :stop],
-                        query_mask=None if query_mask is None else query_mask[:, start:stop],
-                        key_padding_mask=None if key_padding_mask is None else key_padding_mask[:, :stop],
-                        attention_mask=_mask_block(attention_mask, start, stop),
-                        query_positions=query_positions[start:stop],
-                        key_positions=key_positions[:stop],
-                        causal=True,
-                        window=window,
-                        training=training,
-                    )[0]
+                    self._dense_attention(query[:, start:stop], key[:, :stop], value[:, :stop],
+                                          context.query_block(start, stop))[0]
                     for start, stop in blocks
                 ],
                 axis=1,
             )
-            weights = None
-        else:
-            outputs, weights = self._attend(
-                query_heads,
-                key_heads,
-                value_heads,
-                query_mask=query_mask,
-                key_padding_mask=key_padding_mask,
-                attention_mask=attention_mask,
-                query_positions=query_positions,
-                key_positions=key_positions,
-                causal=use_causal_mask,
-                window=window,
-                training=training,
-                return_attention_scores=return_attention_scores,
-            )
-        shape = ops.shape(outputs)
-        outputs = ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim))
-        outputs = self.output_dense(outputs)
-        if cache is not None:
-            return outputs, cache
-        if return_attention_scores:
-            return outputs, weights
-        return outputs
+            return outputs, None, None
+        outputs, weights = self._dense_attention(query, key, value, context)
+        return outputs, weights, None
 
-    def _prepend_memory(self, query, value, key, key_padding_mask, memory, memory_mask):
-        """`(value, key, key_padding_mask)` with the memory's states and mask in front."""
-        shape, width = tuple(memory.shape), (key.shape[-1], value.shape[-1])
-        if len(shape) != 3 or shape[-1] != width[0] or width[0] != width[1]:
-            raise ValueError(
-                f"`memory` must have shape (batch, memory_length, {width[0]}): the width of the keys and values "
-                f"it is prepended to. Received: memory.shape={shape}"
-            )
-        if shape[0] is not None and query.shape[0] is not None and shape[0] != query.shape[0]:
-            raise ValueError(
-                f"`memory` must have the batch size of the queries ({query.shape[0]}). Received: memory.shape={shape}"
-            )
-        memory = ops.cast(memory, key.dtype)
-        if memory_mask is not None or key_padding_mask is not None:
-            batch = ops.shape(memory)[0]
-            memory_mask = ops.ones((batch, ops.shape(memory)[1]), "bool") if memory_mask is None else memory_mask
-            keys_mask = ops.ones((batch, ops.shape(key)[1]), "bool") if key_padding_mask is None else key_padding_mask
-            key_padding_mask = ops.concatenate([ops.cast(memory_mask, "bool"), ops.cast(keys_mask, "bool")], axis=1)
-        same = value is key
-        key = ops.concatenate([memory, key], axis=1)
-        value = key if same else ops.concatenate([memory, value], axis=1)
-        return value, key, key_padding_mask
-
-    def _update_cache(self, cache, key_heads, value_heads, index, window):
-        """Writes the new keys/values into `cache`.
-
-        Returns `(cache, keys, values, key_positions)`: what the queries
-        attend to, and the absolute position of each key (`-1`: empty slot).
-        """
-        update = ops.cast(ops.stack([key_heads, value_heads], axis=1), cache.dtype)  # [B, 2, T, K, H]
-        new = static_dim(update.shape[2])
-        slots = static_dim(cache.shape[2]) or ops.shape(cache)[2]
-        known_index = static_int(index)
-        self._check_cache_index(known_index, new, slots, window)
-        fits = known_index is not None and new is not None and isinstance(slots, int) and known_index + new <= slots
-        if window is None or new == 1 or fits:
-            # Written in place, then attended (XLA reuses the cache's buffer
-            # inside the decoding loop). One new position in a ring replaces
-            # the one that just left the window.
-            start = index
-            if window is not None and not fits:
-                start = known_index % slots if known_index is not None else ops.mod(index, slots)
-            cache = ops.slice_update(cache, (0, 0, start, 0, 0), update)
-            return cache, cache[:, 0], cache[:, 1], mask_ops.ring_positions(slots, ops.add(index, ops.shape(update)[2]))
-        # Several new positions that may wrap around the ring: a later one
-        # would overwrite a key an earlier query still sees, so the queries
-        # attend to the old slots and the new keys side by side, and the ring
-        # keeps the latest position of each slot.
-        length = ops.shape(update)[2]
-        keys = ops.concatenate([cache[:, 0], update[:, 0]], axis=1)
-        values = ops.concatenate([cache[:, 1], update[:, 1]], axis=1)
-        key_positions = ops.concatenate(
-            [mask_ops.ring_positions(slots, index), mask_ops.positions(length, index)], axis=0
-        )
-        held = mask_ops.ring_positions(slots, ops.add(index, length))
-        fresh = ops.greater_equal(held, index)
-        taken = ops.take(update, ops.clip(held - index, 0, length - 1), axis=2)
-        cache = ops.where(fresh[None, None, :, None, None], taken, cache)
-        return cache, keys, values, key_positions
-
-    def _check_cache_index(self, index, new, slots, window):
-        """Errors for a `cache_update_index` known now that writes outside the cache."""
-        if index is None:
-            return
-        if index < 0:
-            raise ValueError(f"`cache_update_index` must be >= 0. Received: cache_update_index={index}")
-        if new is None or not isinstance(slots, int) or index + new <= slots:
-            return
-        if window is None:
-            raise ValueError(
-                f"`cache_update_index` {index} with {new} new token(s) writes positions {index}..{index + new - 1}, "
-                f"past the {slots} slots of `cache`. Grow the cache with `resize_cache`, or pass `window` to use it "
-                f"as a sliding-window (ring) cache. Received: cache_update_index={index}"
-            )
-        known_window = static_int(window)
-        if known_window is not None and slots < known_window:
-            raise ValueError(
-                f"A ring cache must hold the whole window once it wraps: {slots} slots for window={known_window}. "
-                f"Received: cache_update_index={index} with {new} new token(s)"
-            )
-
-    def _attend(
-        self, query, key, value, *, query_mask, key_padding_mask, attention_mask, query_positions, key_positions,
-        causal, window, training, return_attention_scores=False,
-    ):
-        """Position bias and merged masks for `(B, T, N, H)` queries, then attention."""
+    def _dense_attention(self, query, key, value, context):
+        """Position bias and the merged mask, then attention: `(outputs, weights or None)`."""
         bias = None
         if self.position is not None:
-            bias = self.position.score_bias(query, key, query_positions, key_positions, self.scale)
-        position_rule = self._position_rule(query_positions, key_positions, causal, window)
-        other = mask_ops.merge_masks(mask_ops.padding_to_attention_mask(query_mask, key_padding_mask), attention_mask)
-        if other is not None and position_rule is not None and len(position_rule.shape) == 4:
-            other = ops.expand_dims(other, 1)  # [B, 1, T, S] against a per-head rule
-        mask = mask_ops.merge_masks(other, position_rule)
+            bias = self.position.score_bias(query, key, context.query_positions, context.key_positions, self.scale)
+        mask = context.mask()
         if self.position is not None and self.position.acts_on_weights:
             dropout = self.dropout_layer if self.dropout else None
             return self.position.attend(
-                query, key, value, query_positions, key_positions, mask, bias, self.scale, dropout, training
+                query, key, value, context.query_positions, context.key_positions, mask, bias, self.scale, dropout,
+                context.training,
             )
-        return self._compute_attention(query, key, value, mask, bias, training, return_attention_scores)
-
-    def _position_rule(self, query_positions, key_positions, causal, window):
-        """Causality, `window` and `pattern` as one mask from positions, or `None`.
-
-        Positions `(T,)`, `(S,)` (or with leading block axes, `(nb, b)`);
-        returns `(1, [nb,] T, S)`, or `(1, [nb,] N, T, S)` for a per-head
-        pattern.
-        """
-        rule = None
-        if causal or window is not None:
-            rule = mask_ops.position_mask(query_positions, key_positions, causal=causal, window=window)
-        if self.pattern is None:
-            return rule
-        allowed = self.pattern.mask(query_positions, key_positions)
-        if self.pattern.head_groups > 1:
-            allowed = ops.repeat(allowed, self.num_heads // self.pattern.head_groups, axis=-3)
-            rule = None if rule is None else ops.expand_dims(rule, -3)
-        allowed = ops.expand_dims(allowed, 0)
-        return allowed if rule is None else ops.logical_and(rule, allowed)
-
-    def _ring_window(self, window):
-        """The positions a cache must keep: `window` and the pattern's `lookback`, the smaller; or `None`."""
-        lookback = None if self.pattern is None else self.pattern.lookback
-        if window is None or lookback is None:
-            return lookback if window is None else window
-        known = static_int(window)
-        return min(known, lookback) if known is not None else ops.minimum(window, lookback)
+        return self._compute_attention(query, key, value, mask, bias, context.training, context.return_attention_scores)
 
     def _position_fits_band(self):
         """Whether the position scheme works per block of a band: rotations and position-only biases do;
@@ -589,93 +243,14 @@ class MultiHeadAttention(keras.layers.Layer):
             return None
         return lookback, lookahead
 
-    def init_cache(self, batch_size, max_length, dtype="float32", window=None):
-        """An empty KV cache `(B, 2, slots, K, H)` for decoding `max_length` positions.
-
-        `slots` is `max_length`, or with a `window` at most `window`: a ring
-        that keeps only the positions a query can still see.
-        """
-        slots = max_length
-        ring = self._ring_window(check_window(window))
-        if ring is not None:
-            both_known = isinstance(max_length, int) and isinstance(ring, int)
-            slots = min(max_length, ring) if both_known else ops.minimum(max_length, ring)
-        return ops.zeros((batch_size, 2, slots, self.num_key_value_heads, self.key_dim), dtype)
-
-    def resize_cache(self, cache, max_length):
-        """The cache grown to `max_length` positions (new positions empty).
-
-        A ring cache may only grow before it wraps around. With a pattern of
-        bounded `lookback` the cache never grows past `lookback` slots.
-        """
-        lookback = None if self.pattern is None else self.pattern.lookback
-        slots = static_dim(cache.shape[2])
-        if lookback is not None and isinstance(max_length, int):
-            if slots is not None and slots >= min(max_length, lookback):
-                return cache
-            max_length = min(max_length, lookback)
-        if isinstance(max_length, int) and slots is not None and max_length < slots:
-            raise ValueError(
-                "`resize_cache` only grows a cache. Received: max_length="
-                f"{max_length} for a cache of {cache.shape[2]} positions"
-            )
-        grow = max_length - ops.shape(cache)[2]
-        return ops.pad(cache, [[0, 0], [0, 0], [0, grow], [0, 0], [0, 0]])
-
-    def compute_key_value_cache(self, key, value=None):
-        """Projects a source once for cross-attention decoding.
-
-        Args:
-            key: `(B, S, Dk)`.
-            value: `(B, S, Dv)`; defaults to `key`.
-
-        Returns:
-            `(B, 2, S, K, H)`, to pass as `cache` with no `cache_update_index`.
-        """
-        value = key if value is None else value
-        key_heads = self._split_heads(self.key_dense(key), self.num_key_value_heads)
-        value_heads = self._split_heads(self.value_dense(value), self.num_key_value_heads)
-        return ops.stack([key_heads, value_heads], axis=1)
-
-    def _compute_attention(
-        self, query, key, value, attention_mask, bias, training, return_attention_scores
-    ):
-        """Attention of `(B, T, N, H)` queries over `(B, S, K, H)` keys/values.
+    def _compute_attention(self, query, key, value, attention_mask, bias, training, return_attention_scores):
+        """Attention of `(B, T, N, H)` queries over `(B, S, K, H)` keys/values under a dense mask.
 
         Returns `(outputs (B, T, N, Hv), weights or None)`.
         """
         if not (self.dropout and training) and not return_attention_scores:
-            outputs = scaled_dot_product_attention(
-                query, key, value, attention_mask, bias, self.scale
-            )
+            outputs = scaled_dot_product_attention(query, key, value, attention_mask, bias, self.scale)
             return outputs, None
         weights = attention_weights(query, key, attention_mask, bias, self.scale)
         dropped = self.dropout_layer(weights, training=training) if self.dropout else weights
         return apply_attention_weights(dropped, value), weights
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            key_dim=self.key_dim,
-            value_dim=self.value_dim,
-            num_key_value_heads=self.num_key_value_heads,
-            output_dim=self.output_dim,
-            use_bias=self.use_bias,
-            dropout=self.dropout,
-            position=keras.saving.serialize_keras_object(self.position),
-            scale=self.scale,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            output_kernel_initializer=keras.initializers.serialize(self.output_kernel_initializer),
-            pattern=keras.saving.serialize_keras_object(self.pattern),
-            qkv_bias=self.qkv_bias,
-        )
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["position"] = keras.saving.deserialize_keras_object(config.get("position"))
-        config["pattern"] = get_pattern(config.get("pattern"))
-        return cls(**config)

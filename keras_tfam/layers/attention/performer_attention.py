@@ -5,10 +5,12 @@ import keras
 from keras_tfam.layers.attention.feature_maps.positive_random_features import PositiveRandomFeatures
 from keras_tfam.layers.attention.feature_maps.trigonometric_random_features import TrigonometricRandomFeatures
 from keras_tfam.layers.attention.linear_attention import LinearAttention
+from keras_tfam.layers.attention.registry import register_attention
 
 FEATURES = {"positive": PositiveRandomFeatures, "trigonometric": TrigonometricRandomFeatures}
 
 
+@register_attention("performer")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class PerformerAttention(LinearAttention):
     """Softmax attention estimated with random features, in linear time (Performer).
@@ -46,6 +48,8 @@ class PerformerAttention(LinearAttention):
     >>> attention(keras.random.normal((2, 4096, 512)), use_causal_mask=True).shape
     (2, 4096, 512)
     """
+
+    example_options = ({"num_features": 16, "seed": 0}, {"num_features": 8, "features": "trigonometric", "seed": 1})
 
     def __init__(
         self, num_heads, key_dim, num_features=256, features="positive", orthogonal=True, redraw=None, seed=None,

@@ -4,8 +4,10 @@ import keras
 
 from keras_tfam.layers.attention.feature_maps.trigonometric_random_features import TrigonometricRandomFeatures
 from keras_tfam.layers.attention.linear_attention import LinearAttention
+from keras_tfam.layers.attention.registry import register_attention
 
 
+@register_attention("rfa")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class RandomFeatureAttention(LinearAttention):
     """RFA: attention through random Fourier features, with an optional gate (Peng et al. 2021).
@@ -47,6 +49,8 @@ class RandomFeatureAttention(LinearAttention):
     >>> attention(keras.random.normal((2, 1024, 256)), use_causal_mask=True).shape
     (2, 1024, 256)
     """
+
+    example_options = ({"num_features": 8, "seed": 0}, {"num_features": 8, "gating": True, "seed": 1})
 
     def __init__(self, num_heads, key_dim, num_features=128, gating=False, orthogonal=True, redraw=None, seed=None,
                  **kwargs):

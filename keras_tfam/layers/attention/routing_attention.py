@@ -4,14 +4,16 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.bucketed_attention import BucketedAttention
+from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.layers.attention.seeded_draws import SeededDraws
-from keras_tfam.utils import check_positive_int, check_window
+from keras_tfam.utils import check_positive_int
 
 
 def _unit(x):
     return x / ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True) + 1e-6)
 
 
+@register_attention("routing")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class RoutingAttention(SeededDraws, BucketedAttention):
     """Self-attention within clusters learnt by online k-means (Routing Transformer).
@@ -25,13 +27,16 @@ class RoutingAttention(SeededDraws, BucketedAttention):
     to them (the paper's eq.: `mu <- decay mu + (1 - decay) / 2 (sum of its
     queries + sum of its keys)`, unit vectors, padding excluded).
 
-    Computed like LSH attention: positions sorted by (cluster, position)
-    separately for queries and for keys, cut into chunks of `chunk_length`,
-    each chunk of queries attending to the same and the previous chunk of
-    keys of its cluster (the paper takes the top `T / C` of each cluster
-    instead; both balance the cost, `O(T * chunk_length)`). A query whose
-    cluster holds no key it may see (causally) gets zeros. Decoding with a
-    KV cache attends to every cached key of the query's cluster.
+    Chunked like LSH attention (`BucketedAttention`): not causal,
+    positions sorted by (cluster, position) separately for queries and for
+    keys, cut into chunks of `chunk_length`, each chunk of queries
+    attending to the same and the previous chunk of keys of its cluster
+    (`O(T * chunk_length)`; the paper takes the top `T / C` of each cluster
+    instead). Causally (and when decoding), a query sees the keys of its
+    cluster in its chunk and the previous one, chunks counted inside the
+    cluster, so decoding equals the full pass; queries and keys have
+    clusters of their own, so this runs as a dense mask, `O(T^2)`. A
+    query whose cluster holds no key it may see gets zeros.
 
     Args:
         num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
@@ -61,6 +66,8 @@ class RoutingAttention(SeededDraws, BucketedAttention):
     (2, 4096, 256)
     """
 
+    example_options = ({"num_clusters": 3, "chunk_length": 4, "seed": 0},)
+
     def __init__(self, num_heads, key_dim, num_clusters=4, chunk_length=64, decay=0.999, seed=None, **kwargs):
         super().__init__(num_heads, key_dim, chunk_length=chunk_length, **kwargs)
         check_positive_int("num_clusters", num_clusters)
@@ -77,56 +84,21 @@ class RoutingAttention(SeededDraws, BucketedAttention):
             "centroids", shape, lambda seed: _unit(keras.random.normal(shape, seed=seed, dtype="float32"))
         )
 
+    @property
+    def num_bucket_ids(self):
+        return self.num_clusters
+
     def clusters(self, x):
         """`(B, T, N, H)` heads -> `(B, T, N)` int32 index of the nearest centroid (by angle)."""
         similarity = ops.einsum("btnh,nch->btnc", _unit(ops.cast(x, "float32")), _unit(self.centroids.value))
         return ops.cast(ops.argmax(similarity, axis=-1), "int32")
 
-    def _repeat_kv(self, x):
-        groups = self.num_heads // self.num_key_value_heads
-        return x if groups == 1 else ops.repeat(x, groups, axis=2)
-
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        window=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-    ):
-        self._check_call(query, value, key, attention_mask, return_attention_scores)
-        if cache is not None:  # MultiHeadAttention's cache, causal; `_compute_attention` below adds the clusters
-            return super().call(
-                query, query_mask=query_mask, value_mask=value_mask, key_mask=key_mask,
-                use_causal_mask=True, window=window, cache=cache, cache_update_index=cache_update_index,
-                training=training,
-            )
-        window = check_window(window)
-        _, _, query_mask, key_padding = self._resolve_inputs(query, None, None, query_mask, value_mask, key_mask, None)
-        q = self._split_heads(self.query_dense(query), self.num_heads)  # [B, T, N, H]
-        k = self._split_heads(self.key_dense(query), self.num_key_value_heads)  # [B, T, K, H]
-        v = self._split_heads(self.value_dense(query), self.num_key_value_heads)  # [B, T, K, Hv]
-        if self.position is not None:
-            q, k = self.position.rotate_query_key(q, k)
-        k, v = self._repeat_kv(k), self._repeat_kv(v)
-        query_clusters, key_clusters = self.clusters(q), self.clusters(k)  # [B, T, N]
-        if training:
-            self._move_centroids(q, k, query_clusters, key_clusters, query_mask, key_padding)
-        outputs = self._attend_in_chunks(
-            q, k, v,
-            ops.transpose(query_clusters, (0, 2, 1))[:, :, None],  # [B, N, 1, T]: one round
-            ops.transpose(key_clusters, (0, 2, 1))[:, :, None],
-            training, causal=use_causal_mask, window=window, key_padding_mask=key_padding,
-        )
-        return self._output(outputs, query_mask)
+    def assign_buckets(self, query, key, context):
+        query_clusters, key_clusters = self.clusters(query), self.clusters(key)  # [B, T, N]
+        if context.training and not context.cached:
+            self._move_centroids(query, key, query_clusters, key_clusters, context.query_mask, context.key_mask)
+        # [B, N, 1, T]: one round
+        return ops.transpose(query_clusters, (0, 2, 1))[:, :, None], ops.transpose(key_clusters, (0, 2, 1))[:, :, None]
 
     def _move_centroids(self, q, k, query_clusters, key_clusters, query_mask, key_padding):
         """`mu <- decay mu + (1 - decay) / 2 (sum of routed unit queries + keys)` (Roy et al. 2021)."""
@@ -139,16 +111,6 @@ class RoutingAttention(SeededDraws, BucketedAttention):
 
         sums = routed_sums(q, query_clusters, query_mask) + routed_sums(k, key_clusters, key_padding)
         self.centroids.assign(self.decay * self.centroids.value + (1.0 - self.decay) / 2.0 * sums)
-
-    def _compute_attention(self, query, key, value, attention_mask, bias, training, return_attention_scores):
-        """Cached decoding: `MultiHeadAttention`'s attention, within the query's cluster."""
-        same = ops.equal(self.clusters(query)[:, :, None], self.clusters(self._repeat_kv(key))[:, None])  # [B, T, S, N]
-        same = ops.transpose(same, (0, 3, 1, 2))
-        mask = same
-        if attention_mask is not None:
-            rank4 = attention_mask if len(attention_mask.shape) == 4 else ops.expand_dims(attention_mask, 1)
-            mask = ops.logical_and(ops.cast(rank4, "bool"), same)
-        return super()._compute_attention(query, key, value, mask, bias, training, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()

@@ -6,7 +6,7 @@ import random
 from keras import ops
 import keras
 
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, is_integer
 
 
 def gaussian_matrix(rows, columns, seed, orthogonal=False):
@@ -52,10 +52,11 @@ class SeededDraws:
     def _init_draws(self, seed, redraw):
         if seed is None:
             seed = random.randrange(2**31)  # chosen once, then part of the config
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        if not is_integer(seed) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
+        seed = int(seed)
         if redraw is not None:
-            check_positive_int("redraw", redraw)
+            redraw = check_positive_int("redraw", redraw)
         self.seed = seed
         self.redraw = redraw
 

@@ -81,6 +81,10 @@ class AttentionPositionScheme(keras.layers.Layer):
         """
         return None
 
+    def spans(self):
+        """The learned attention spans `(N,)` float32 (adaptive span), or `None`: a scheme without spans."""
+        return None
+
     @property
     def acts_on_weights(self):
         """Whether the scheme overrides `reweight` or `value_terms` (attention then computes explicit weights)."""

@@ -54,6 +54,14 @@ class ComposedPosition(HeadsPositionScheme):
         if heads:
             self.num_heads = heads.pop()
 
+    def spans(self):
+        """The spans of the first scheme that has them, or `None`."""
+        for scheme in self.schemes:
+            spans = scheme.spans()
+            if spans is not None:
+                return spans
+        return None
+
     def build(self, query_shape=None):
         for scheme in self.schemes:
             if not scheme.built:

@@ -49,8 +49,9 @@ class TransformerXLPosition(HeadsPositionScheme):
     consecutive positions (a full pass, a segment with its memory), else by
     a gather of each pair's distance (the slots of a KV cache).
 
-    Distances are those of causal attention: a key after its query gets
-    another pair's term, and must be masked (`use_causal_mask`).
+    Every pair gets the term of its own signed distance `i - j` (the
+    sinusoid of a negative distance for a key after its query), so a
+    non-causal call computes the same on both paths.
 
     Args:
         num_heads: attention heads `N`.
@@ -149,15 +150,22 @@ class TransformerXLPosition(HeadsPositionScheme):
         key_positions = ops.cast(key_positions, "int32")
         keys = ops.shape(key_positions)[0]
 
+        queries = ops.shape(query_positions)[0]
+
         def shifted():
-            # Distances from the last query to each key, descending, then the shift.
+            # Distances from the last query to the first key, descending over S + T - 1 entries (down to the
+            # first query's distance to the last key), then the shift: every pair gets its own distance,
+            # keys after their query included (a non-causal call).
             first = query_positions[-1] - key_positions[0]
-            return relative_shift(self._position_scores(query, first - ops.arange(keys, dtype="int32")))
+            scores = self._position_scores(query, first - ops.arange(keys + queries - 1, dtype="int32"))
+            return relative_shift(scores)[..., :keys]
 
         def gathered():
-            distance = ops.clip(relative_distance(query_positions, key_positions), 0, keys - 1)
-            table = self._position_scores(query, ops.arange(keys, dtype="int32"))  # [B, N, T, S]
-            index = ops.broadcast_to(distance[None, None], ops.shape(table))
+            # Signed distances -(T - 1) .. S - 1: keys after a query (a non-causal call, a prefill) too.
+            distance = ops.clip(relative_distance(query_positions, key_positions) + queries - 1, 0,
+                                keys + queries - 2)
+            table = self._position_scores(query, ops.arange(keys + queries - 1, dtype="int32") - (queries - 1))
+            index = ops.broadcast_to(distance[None, None], (*ops.shape(table)[:3], keys))
             return ops.take_along_axis(table, index, axis=-1)
 
         if query.shape[1] == 1:  # one query: its distances are the keys' own

@@ -142,7 +142,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="cannot add a score bias"):
         LinearAttention(2, 4, position=ALiBiBias(2))
     layer = LinearAttention(2, 4)
-    with pytest.raises(ValueError, match="no attention_mask"):
+    with pytest.raises(ValueError, match="no `attention_mask`"):
         layer(np.zeros((1, 3, 8), "float32"), attention_mask=np.ones((1, 3, 3), bool))
     with pytest.raises(ValueError, match=r"recurrent state.*Received: cache.shape=\(1, 2, 3, 2, 4\)"):
         layer(np.zeros((1, 1, 8), "float32"), cache=np.zeros((1, 2, 3, 2, 4), "float32"), cache_update_index=0)

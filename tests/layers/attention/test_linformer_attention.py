@@ -85,3 +85,15 @@ def test_bad_input():
         LinformerAttention(2, 4, sequence_length=8, sharing="layerwise")
     with pytest.raises(ValueError, match="cannot add a score bias"):
         LinformerAttention(2, 4, sequence_length=8, position=ALiBiBias(2))
+
+
+@pytest.mark.parametrize("projected_length, sequence_length", [(9, 8), (256, 128), (np.int64(5), np.int64(4))])
+def test_projected_length_above_the_sequence_length_is_refused(projected_length, sequence_length):
+    with pytest.raises(ValueError) as error:
+        LinformerAttention(2, 4, sequence_length=sequence_length, projected_length=projected_length)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.endswith(f"Received: projected_length={int(projected_length)}")
+    assert f"`sequence_length`={int(sequence_length)}" in message
+    layer = LinformerAttention(2, 4, sequence_length=np.int64(8), projected_length=np.int64(8))  # k = n is fine
+    assert (layer.sequence_length, layer.projected_length) == (8, 8) and type(layer.projected_length) is int

@@ -24,7 +24,7 @@ class TestMemorizingAttentionHarness(LayerHarness):
 
     def make_inputs(self):
         memory, mask = filled_memory(2, 10, 2, 4, 7)
-        return {"query": rng.normal(size=(2, 5, 16)).astype("float32"), "memory": memory, "memory_mask": mask}
+        return {"query": rng.normal(size=(2, 5, 16)).astype("float32"), "knn_memory": memory, "knn_memory_mask": mask}
 
 
 def numpy_memorizing(layer, x, memory, memory_mask):
@@ -64,7 +64,7 @@ def test_matches_numpy_with_exact_top_k_retrieval(filled):
     layer = MemorizingAttention(4, 4, num_key_value_heads=2, memory_size=9, num_neighbors=4,
                                 gate_initializer="random_normal", bias_initializer="random_normal")
     memory, mask = filled_memory(2, 9, 2, 4, filled)
-    out = np.asarray(layer(x, memory=memory, memory_mask=mask, use_causal_mask=True))
+    out = np.asarray(layer(x, knn_memory=memory, knn_memory_mask=mask, use_causal_mask=True))
     expected = numpy_memorizing(layer, x, memory, mask)
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
@@ -74,8 +74,8 @@ def test_empty_memory_equals_the_local_layer():
     layer = MemorizingAttention(4, 4, memory_size=8, num_neighbors=2, gate_initializer="ones")
     local = MultiHeadAttention(4, 4)
     local.build(x.shape)
-    empty, empty_mask = layer.init_memory(2)
-    out = np.asarray(layer(x, memory=empty, memory_mask=empty_mask, use_causal_mask=True))
+    empty, empty_mask = layer.init_knn_memory(2)
+    out = np.asarray(layer(x, knn_memory=empty, knn_memory_mask=empty_mask, use_causal_mask=True))
     local.set_weights(projection_weights(layer))  # all but the gate
     np.testing.assert_array_equal(out, np.asarray(layer(x, use_causal_mask=True)))
     np.testing.assert_allclose(out, np.asarray(local(x, use_causal_mask=True)), atol=1e-6)
@@ -84,17 +84,17 @@ def test_empty_memory_equals_the_local_layer():
 def test_memory_is_first_in_first_out_over_segments():
     layer = MemorizingAttention(2, 4, memory_size=5, num_neighbors=5)
     segments = rng.normal(size=(3, 1, 3, 8)).astype("float32")
-    memory, mask = layer.init_memory(1)
-    layer(segments[0], memory=memory, memory_mask=mask)
+    memory, mask = layer.init_knn_memory(1)
+    layer(segments[0], knn_memory=memory, knn_memory_mask=mask)
     for segment in segments:
-        memory, mask = layer.update_memory(memory, mask, segment)
+        memory, mask = layer.update_knn_memory(memory, mask, segment)
     # The last 5 of the 9 positions remain, oldest first.
     kept = np.concatenate([np.asarray(layer.compute_key_value_cache(s)) for s in segments], axis=2)[:, :, -5:]
     np.testing.assert_allclose(np.asarray(memory), kept, atol=1e-6)
     assert np.asarray(mask).all()
     # With k = memory_size, memory attention is full softmax attention over the memory.
     x = rng.normal(size=(1, 2, 8)).astype("float32")
-    out = layer(x, memory=memory, memory_mask=mask, use_causal_mask=True)
+    out = layer(x, knn_memory=memory, knn_memory_mask=mask, use_causal_mask=True)
     expected = numpy_memorizing(layer, x, np.asarray(memory), np.asarray(mask))
     np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5)
 
@@ -108,7 +108,10 @@ def test_bad_arguments():
         MemorizingAttention(2, 4, memory_size=8, value_dim=8)
     layer = MemorizingAttention(2, 4, memory_size=8, num_neighbors=2)
     x = np.zeros((1, 3, 8), "float32")
-    with pytest.raises(ValueError, match=r"Received: memory.shape=\(1, 2, 6, 2, 4\)"):
-        layer(x, memory=np.zeros((1, 2, 6, 2, 4), "float32"), memory_mask=np.zeros((1, 6), bool))
-    with pytest.raises(ValueError, match="Received: memory_mask.shape=None"):
+    with pytest.raises(ValueError, match=r"Received: knn_memory.shape=\(1, 2, 6, 2, 4\)"):
+        layer(x, knn_memory=np.zeros((1, 2, 6, 2, 4), "float32"), knn_memory_mask=np.zeros((1, 6), bool))
+    with pytest.raises(ValueError, match="Received: knn_memory_mask.shape=None"):
+        layer(x, knn_memory=np.zeros((1, 2, 8, 2, 4), "float32"))
+    # A kNN store passed as `memory` (Transformer-XL's past hidden states) is refused, naming the shape.
+    with pytest.raises(ValueError, match=r"past hidden states.*Received: memory.shape=\(1, 2, 8, 2, 4\)"):
         layer(x, memory=np.zeros((1, 2, 8, 2, 4), "float32"))

@@ -208,7 +208,8 @@ def test_mixed_float16_fully_masked_rows():
 @pytest.mark.parametrize("dtype", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_query_blocks_with_padded_rows(dtype):
     # 160 positions (query blocks) in half precision; the padded rows see no key.
-    x = rng.normal(size=(2, 160, 16)).astype("float32")
+    # Its own generator: the inputs do not depend on which tests ran before.
+    x = np.random.default_rng(160).normal(size=(2, 160, 16)).astype("float32")
     padding = np.ones((2, 160), bool)
     padding[1, 90:] = False
     layer = MultiHeadAttention(4, 4, dtype=dtype)
@@ -218,7 +219,9 @@ def test_mixed_precision_query_blocks_with_padded_rows(dtype):
     reference.build(x.shape)
     reference.set_weights(layer.get_weights())
     expected = np.asarray(reference(x, query_mask=padding, value_mask=padding, use_causal_mask=True))
-    np.testing.assert_allclose(out, expected, atol=0.05 if dtype == "mixed_bfloat16" else 5e-3)
+    # bfloat16 keeps 8 significant bits: a few roundings through the projections give a few percent.
+    tolerance = {"rtol": 0.03, "atol": 0.05} if dtype == "mixed_bfloat16" else {"atol": 5e-3}
+    np.testing.assert_allclose(out, expected, **tolerance)
 
 
 def test_dropout_only_in_training():

@@ -85,3 +85,41 @@ def test_bad_arguments():
         PerformerAttention(2, 4, features="relu")
     with pytest.raises(ValueError, match="Received: num_features=0"):
         PerformerAttention(2, 4, num_features=0)
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_keys_of_large_norm_keep_softmax_attention(causal):
+    """Keys of norms 10-30 (|k| / H^(1/4) = 6-18): their features, near exp(-|k|^2 / 2), once sank every
+    product below the normaliser's epsilon and the outputs were all zeros. Queries of norm 10 point away
+    from the keys (q . k very negative, |q + k| small), where FAVOR+ is accurate: it matches softmax.
+    """
+    h, t = 8, 16
+    draws = np.random.default_rng(0)
+    direction = _unit(draws.normal(size=h))
+    norms = draws.uniform(10, 30, size=(1, t, 1))
+    norms[0, 0] = 10.0  # causally too, every query sees a key as long as itself
+    k = (_unit(direction + 0.03 * draws.normal(size=(1, t, h))) * norms).astype("float32")
+    q = (-10.0 * _unit(direction + 0.03 * draws.normal(size=(1, t, h)))).astype("float32")
+    v = draws.normal(size=(1, t, h)).astype("float32")
+    layer = PerformerAttention(1, h, num_features=2048, seed=0)
+    layer.build(q.shape)
+    for name in ("query_dense", "key_dense", "value_dense", "output_dense"):  # heads = inputs
+        getattr(layer, name).set_weights([np.eye(h, dtype="float32"), np.zeros(h, "float32")])
+    out = np.asarray(layer(q, value=v, key=k, use_causal_mask=causal))
+    mask = np.tril(np.ones((1, t, t), bool)) if causal else None
+    expected, weights = attention(q[:, :, None], k[:, :, None], v[:, :, None], mask)
+    expected = expected[:, :, 0]
+    if not causal:
+        assert weights.max(-1).mean() < 0.5  # far from one-hot: the weights matter
+    assert np.abs(out - expected).max() < 0.03 * np.abs(expected).max()
+    if causal:  # the same stabiliser in the recurrent state: decoding equals the full pass
+        cache, outs = layer.init_cache(1), []
+        for start, stop in [(0, 5)] + [(s, s + 1) for s in range(5, t)]:
+            step, cache = layer(q[:, start:stop], value=v[:, start:stop], key=k[:, start:stop], cache=cache,
+                                cache_update_index=start)
+            outs.append(np.asarray(step))
+        np.testing.assert_allclose(np.concatenate(outs, axis=1), out, rtol=1e-4, atol=1e-5)

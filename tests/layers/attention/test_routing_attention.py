@@ -111,5 +111,7 @@ def test_bad_input():
         RoutingAttention(2, 4, num_clusters=0)
     with pytest.raises(ValueError, match="Received: decay=1.0"):
         RoutingAttention(2, 4, decay=1.0)
-    with pytest.raises(ValueError, match="Received: a sequence of length 12"):
-        RoutingAttention(2, 4, chunk_length=8)(np.zeros((1, 12, 8), "float32"))
+    with pytest.raises(ValueError, match="RoutingAttention cannot apply an attention pattern"):
+        RoutingAttention(2, 4, pattern={"name": "sliding_window", "window": 4})
+    with pytest.raises(ValueError, match="RoutingAttention takes no `attention_mask`"):
+        RoutingAttention(2, 4)(np.zeros((1, 3, 8), "float32"), attention_mask=np.ones((1, 3, 3), bool))

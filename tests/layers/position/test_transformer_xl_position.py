@@ -96,6 +96,30 @@ def test_score_terms_are_the_papers_b_c_d(order):
     np.testing.assert_allclose(terms[..., visible], expected[1:].sum(0)[..., visible], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("order", ["consecutive", "shuffled"])
+def test_keys_after_their_query_get_their_own_signed_distance(order):
+    # Without a causal mask every pair is attended: before, the relative shift gave a key after its
+    # query another pair's term and the gather clipped its distance to 0 (0.19 apart on the two paths).
+    scheme = TransformerXLPosition(2, bias_initializer="random_normal")
+    scheme.build((None, None, 2, 4))
+    q = rng.normal(size=(2, 5, 2, 4)).astype("float32")
+    k = rng.normal(size=(2, 8, 2, 4)).astype("float32")
+    query_positions = np.arange(3, 8)
+    key_positions = np.arange(0, 8) if order == "consecutive" else np.array([5, 6, 7, 0, 1, 2, 3, 4])
+    terms = np.asarray(scheme.score_terms(q, k, query_positions.astype("int32"), key_positions.astype("int32")))
+    expected = transformer_xl_scores(q, k, *_scheme_weights(scheme), query_positions, key_positions)
+    np.testing.assert_allclose(terms, expected[1:].sum(0), rtol=1e-4, atol=1e-4)
+
+
+def test_non_causal_attention_is_the_same_on_both_paths():
+    layer = MultiHeadAttention(2, 4, position=TransformerXLPosition(2, bias_initializer="random_normal"))
+    x = rng.normal(size=(1, 6, 8)).astype("float32")
+    full = np.asarray(layer(x))  # consecutive positions: the relative shift
+    # A cache written whole, read back with the keys in slot order: the gather. Not causal: every key seen.
+    cached, _ = layer(x, cache=layer.init_cache(1, 9), cache_update_index=0)  # empty slots: not consecutive
+    np.testing.assert_allclose(np.asarray(cached), full, rtol=1e-5, atol=1e-5)
+
+
 def test_one_query_terms_are_the_papers():
     scheme = TransformerXLPosition(2, bias_initializer="random_normal")
     scheme.build((None, None, 2, 4))

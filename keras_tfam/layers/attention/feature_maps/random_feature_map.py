@@ -30,8 +30,7 @@ class RandomFeatureMap(SeededDraws, FeatureMap):
 
     def __init__(self, num_features, orthogonal=True, redraw=None, seed=None, **kwargs):
         super().__init__(**kwargs)
-        check_positive_int("num_features", num_features)
-        self.num_features = num_features
+        self.num_features = check_positive_int("num_features", num_features)
         self.orthogonal = bool(orthogonal)
         self._init_draws(seed, redraw)
 

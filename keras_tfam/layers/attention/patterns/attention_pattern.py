@@ -46,6 +46,16 @@ class AttentionPattern:
     def lookahead(self):
         return None
 
+    @property
+    def depends_on_length(self):
+        """Whether `allowed(i, j)` depends on the sequence's length (BigBird's non-causal random blocks).
+
+        Such a pattern is defined for a full pass only: a causal call over
+        query blocks, or decoding with a cache, cannot know the length the
+        full pass would have, so attention refuses the combination.
+        """
+        return False
+
     def mask(self, query_positions, key_positions):
         """Boolean `(T, S)` (`(head_groups, T, S)` per head), `True` = may attend.
 

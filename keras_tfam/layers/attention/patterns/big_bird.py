@@ -5,9 +5,11 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
-from keras_tfam.utils import check_positive_int
+from keras_tfam.layers.attention.patterns.registry import register_pattern
+from keras_tfam.utils import check_non_negative_int, check_positive_int
 
 
+@register_pattern("big_bird")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class BigBird(AttentionPattern):
     """Global, sliding-window and random blocks (Zaheer et al. 2020, "Big Bird").
@@ -43,22 +45,18 @@ class BigBird(AttentionPattern):
 
     def __init__(self, block_size, num_random_blocks=3, num_window_blocks=3, num_global_blocks=2, seed=0,
                  causal=False):
-        check_positive_int("block_size", block_size)
-        check_positive_int("num_window_blocks", num_window_blocks)
+        block_size = check_positive_int("block_size", block_size)
+        num_window_blocks = check_positive_int("num_window_blocks", num_window_blocks)
         if num_window_blocks % 2 == 0:
             raise ValueError(
                 "`num_window_blocks` must be odd (the query's block and as many on each side). "
                 f"Received: num_window_blocks={num_window_blocks}"
             )
-        for name, value in (("num_random_blocks", num_random_blocks), ("num_global_blocks", num_global_blocks),
-                            ("seed", seed)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"`{name}` must be a non-negative integer. Received: {name}={value!r}")
         self.block_size = block_size
-        self.num_random_blocks = num_random_blocks
+        self.num_random_blocks = check_non_negative_int("num_random_blocks", num_random_blocks)
         self.num_window_blocks = num_window_blocks
-        self.num_global_blocks = num_global_blocks
-        self.seed = seed
+        self.num_global_blocks = check_non_negative_int("num_global_blocks", num_global_blocks)
+        self.seed = check_non_negative_int("seed", seed)
         self.causal = bool(causal)
 
     def random_blocks(self, num_blocks):
@@ -90,6 +88,11 @@ class BigBird(AttentionPattern):
         for query, keys in enumerate(self.random_blocks(num_blocks)):
             table[query, keys] = True
         return table
+
+    @property
+    def depends_on_length(self):
+        """Non-causal random blocks are drawn among all blocks of the sequence, so they depend on its length."""
+        return not self.causal
 
     def _allowed(self, i, j):
         length = j.shape[-1]

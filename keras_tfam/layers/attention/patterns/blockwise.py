@@ -1,12 +1,15 @@
 """Blockwise attention pattern (Qiu et al. 2020, BlockBERT)."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
-from keras_tfam.utils import check_positive_int
+from keras_tfam.layers.attention.patterns.registry import register_pattern
+from keras_tfam.utils import check_positive_int, is_integer
 
 
+@register_pattern("blockwise")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class Blockwise(AttentionPattern):
     """Queries of block `i` attend to the keys of block `pi(i)` only.
@@ -21,9 +24,10 @@ class Blockwise(AttentionPattern):
     over the blocks a permutation moves across.
 
     Args:
-        block_size: positions per block (positive int); it must divide the
-            sequence length.
-        permutation: a permutation of `0 .. n - 1` (list or tuple).
+        block_size: positions per block (positive int).
+        permutation: a permutation of `0 .. n - 1` (list or tuple); the
+            sequence length must be a multiple of `n * block_size`, whole
+            cycles of the permutation (`check_length`).
 
     Example:
 
@@ -31,14 +35,18 @@ class Blockwise(AttentionPattern):
     """
 
     def __init__(self, block_size, permutation=(0,)):
-        check_positive_int("block_size", block_size)
-        permutation = list(permutation)
-        if sorted(permutation) != list(range(len(permutation))) or not all(isinstance(k, int) for k in permutation):
+        self.block_size = check_positive_int("block_size", block_size)
+        entries = list(permutation) if isinstance(permutation, (list, tuple, np.ndarray)) else None
+        if (
+            not entries
+            or not all(is_integer(k) for k in entries)
+            or sorted(int(k) for k in entries) != list(range(len(entries)))
+        ):
             raise ValueError(
-                f"`permutation` must be a permutation of 0 .. n - 1. Received: permutation={permutation!r}"
+                f"`permutation` must be a permutation of 0 .. n - 1 (a list of integers). Received: "
+                f"permutation={permutation!r}"
             )
-        self.block_size = block_size
-        self.permutation = permutation
+        self.permutation = [int(k) for k in entries]
 
     @property
     def lookback(self):
@@ -61,6 +69,13 @@ class Blockwise(AttentionPattern):
         if length % self.block_size:
             raise ValueError(
                 f"`block_size`={self.block_size} must divide the sequence length. Received: sequence length {length}"
+            )
+        # A trailing partial cycle would map query blocks past the last key block: rows with no key at all.
+        cycle = len(self.permutation) * self.block_size
+        if length % cycle:
+            raise ValueError(
+                f"The permutation of {len(self.permutation)} blocks of `block_size`={self.block_size} repeats every "
+                f"{cycle} positions, which must divide the sequence length. Received: sequence length {length}"
             )
 
     def get_config(self):

@@ -4,9 +4,11 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
+from keras_tfam.layers.attention.patterns.registry import register_pattern
 from keras_tfam.utils import check_positive_int
 
 
+@register_pattern("dilated_window")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class DilatedWindow(AttentionPattern):
     """A sliding window with gaps: `window` keys, `dilation` positions apart.
@@ -29,10 +31,8 @@ class DilatedWindow(AttentionPattern):
     """
 
     def __init__(self, window, dilation=2):
-        check_positive_int("window", window)
-        check_positive_int("dilation", dilation)
-        self.window = window
-        self.dilation = dilation
+        self.window = check_positive_int("window", window)
+        self.dilation = check_positive_int("dilation", dilation)
 
     @property
     def lookback(self):

@@ -4,10 +4,12 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
+from keras_tfam.layers.attention.patterns.registry import register_pattern
 from keras_tfam.layers.attention.patterns.strided import check_subset
 from keras_tfam.utils import check_positive_int
 
 
+@register_pattern("fixed")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class Fixed(AttentionPattern):
     """The fixed pattern of the Sparse Transformer (Child et al. 2019, section 4.2).
@@ -33,17 +35,16 @@ class Fixed(AttentionPattern):
     """
 
     def __init__(self, stride, summary=1, subset=None):
-        check_positive_int("stride", stride)
-        check_positive_int("summary", summary)
+        stride = check_positive_int("stride", stride)
+        summary = check_positive_int("summary", summary)
         if summary > stride:
             raise ValueError(
                 f"`summary` positions are taken from each block of `stride`={stride} positions, so it cannot exceed "
                 f"it. Received: summary={summary}"
             )
-        check_subset(subset)
         self.stride = stride
         self.summary = summary
-        self.subset = subset
+        self.subset = check_subset(subset)
 
     @property
     def lookback(self):

@@ -4,9 +4,11 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
+from keras_tfam.layers.attention.patterns.registry import register_pattern
 from keras_tfam.utils import check_positive_int
 
 
+@register_pattern("global_tokens")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class GlobalTokens(AttentionPattern):
     """The first `num_tokens` positions attend to all keys and are attended by all queries.
@@ -27,8 +29,7 @@ class GlobalTokens(AttentionPattern):
     """
 
     def __init__(self, num_tokens=1):
-        check_positive_int("num_tokens", num_tokens)
-        self.num_tokens = num_tokens
+        self.num_tokens = check_positive_int("num_tokens", num_tokens)
 
     def _allowed(self, i, j):
         return ops.logical_or(ops.less(i, self.num_tokens), ops.less(j, self.num_tokens))

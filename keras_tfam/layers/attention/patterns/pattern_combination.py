@@ -3,6 +3,7 @@
 import keras
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
+from keras_tfam.layers.attention.patterns.registry import get_pattern
 
 
 class PatternCombination(AttentionPattern):
@@ -16,8 +17,6 @@ class PatternCombination(AttentionPattern):
     """
 
     def __init__(self, patterns):
-        from keras_tfam.layers.attention.patterns.registry import get_pattern
-
         if not isinstance(patterns, (list, tuple)) or not patterns:
             raise ValueError(f"`patterns` must be a non-empty list of patterns. Received: patterns={patterns!r}")
         self.patterns = [get_pattern(pattern) for pattern in patterns]
@@ -29,6 +28,10 @@ class PatternCombination(AttentionPattern):
     @property
     def lookahead(self):
         return _bound([pattern.lookahead for pattern in self.patterns])
+
+    @property
+    def depends_on_length(self):
+        return any(pattern.depends_on_length for pattern in self.patterns)
 
     def check_length(self, length):
         for pattern in self.patterns:

@@ -1,33 +1,27 @@
 """Attention patterns by name: `get_pattern` turns a name and arguments, or a config, into a pattern.
 
-A new pattern is a new file plus one entry here; attention takes any
-`AttentionPattern` and never branches on the kind.
+A pattern registers itself next to its class (`@register_pattern("name")`)
+and `patterns/__init__.py` imports its file: a new pattern is a new file
+plus one import line; attention takes any `AttentionPattern` and never
+branches on the kind.
 """
 
 import keras
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
-from keras_tfam.layers.attention.patterns.big_bird import BigBird
-from keras_tfam.layers.attention.patterns.blockwise import Blockwise
-from keras_tfam.layers.attention.patterns.dilated_window import DilatedWindow
-from keras_tfam.layers.attention.patterns.fixed import Fixed
-from keras_tfam.layers.attention.patterns.global_tokens import GlobalTokens
-from keras_tfam.layers.attention.patterns.head_patterns import HeadPatterns
-from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
-from keras_tfam.layers.attention.patterns.strided import Strided
-from keras_tfam.layers.attention.patterns.union_pattern import UnionPattern
 
-PATTERNS = {
-    "sliding_window": SlidingWindow,
-    "dilated_window": DilatedWindow,
-    "strided": Strided,
-    "fixed": Fixed,
-    "blockwise": Blockwise,
-    "global_tokens": GlobalTokens,
-    "big_bird": BigBird,
-    "union": UnionPattern,
-    "per_head": HeadPatterns,
-}
+# name -> class, filled by `register_pattern` as the pattern files are imported.
+PATTERNS = {}
+
+
+def register_pattern(name):
+    """Class decorator: registers an `AttentionPattern` subclass under `name` (for configs and the CLI)."""
+
+    def register(cls):
+        PATTERNS[name] = cls
+        return cls
+
+    return register
 
 
 def get_pattern(pattern):

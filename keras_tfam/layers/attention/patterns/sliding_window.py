@@ -4,9 +4,11 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
+from keras_tfam.layers.attention.patterns.registry import register_pattern
 from keras_tfam.utils import check_positive_int
 
 
+@register_pattern("sliding_window")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class SlidingWindow(AttentionPattern):
     """Each query attends to the keys less than `window` positions away.
@@ -28,8 +30,7 @@ class SlidingWindow(AttentionPattern):
     """
 
     def __init__(self, window):
-        check_positive_int("window", window)
-        self.window = window
+        self.window = check_positive_int("window", window)
 
     @property
     def lookback(self):

@@ -4,16 +4,20 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.attention_pattern import AttentionPattern
-from keras_tfam.utils import check_positive_int
+from keras_tfam.layers.attention.patterns.registry import register_pattern
+from keras_tfam.utils import check_positive_int, is_integer
 
 SUBSETS = (None, 1, 2)
 
 
 def check_subset(subset):
-    if subset not in SUBSETS:
+    """`subset` as `None`, `1` or `2` (any integer type); a `ValueError` otherwise (`True` and `1.0` too)."""
+    if subset is not None and not (is_integer(subset) and subset in SUBSETS):
         raise ValueError(f"`subset` must be one of {SUBSETS} (None: both). Received: subset={subset!r}")
+    return None if subset is None else int(subset)
 
 
+@register_pattern("strided")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class Strided(AttentionPattern):
     """The strided pattern of the Sparse Transformer (Child et al. 2019, section 4.2).
@@ -41,10 +45,8 @@ class Strided(AttentionPattern):
     """
 
     def __init__(self, stride, subset=None):
-        check_positive_int("stride", stride)
-        check_subset(subset)
-        self.stride = stride
-        self.subset = subset
+        self.stride = check_positive_int("stride", stride)
+        self.subset = check_subset(subset)
 
     @property
     def lookback(self):

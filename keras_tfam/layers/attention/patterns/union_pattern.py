@@ -4,8 +4,10 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.patterns.pattern_combination import PatternCombination
+from keras_tfam.layers.attention.patterns.registry import register_pattern
 
 
+@register_pattern("union")
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class UnionPattern(PatternCombination):
     """A query attends to a key when any of the `patterns` allows it.

@@ -191,7 +191,71 @@ def test_bad_arguments(build, match):
 
 @pytest.mark.parametrize("pattern", [Blockwise(4, [1, 0]), BigBird(4)], ids=["blockwise", "big_bird"])
 def test_block_size_must_divide_the_length(pattern):
-    pattern.check_length(12)
+    pattern.check_length(16)
     divide = "`block_size`=4 must divide the sequence length. Received: sequence length 10"
     with pytest.raises(ValueError, match=divide):
         pattern.check_length(10)
+
+
+def test_blockwise_refuses_a_partial_cycle_of_its_permutation():
+    # 3 blocks of 4 under a permutation of 2: block 2 would see block 3, past the end, and attend nothing.
+    pattern = Blockwise(4, [1, 0])
+    rows_with_keys = mask(pattern, 12).any(axis=-1)
+    assert not rows_with_keys.all()  # what a length of 12 would give: silent empty rows
+    with pytest.raises(ValueError) as error:
+        pattern.check_length(12)
+    message = str(error.value)
+    assert "\n" not in message and message.endswith("Received: sequence length 12")
+    assert "repeats every 8 positions" in message
+    for length in (8, 16, 24):  # whole cycles: every query has its block of keys
+        pattern.check_length(length)
+        assert mask(pattern, length).sum(axis=-1).min() == 4
+
+
+@pytest.mark.parametrize(
+    "build, config",
+    [
+        (lambda: SlidingWindow(np.int64(4)), {"window": 4}),
+        (lambda: DilatedWindow(np.int32(3), dilation=np.int16(2)), {"window": 3, "dilation": 2}),
+        (lambda: Strided(np.int64(4), subset=np.int64(1)), {"stride": 4, "subset": 1}),
+        (lambda: Fixed(np.uint8(4), summary=np.int64(2)), {"stride": 4, "summary": 2, "subset": None}),
+        (lambda: GlobalTokens(np.int64(1)), {"num_tokens": 1}),
+        (lambda: Blockwise(np.int64(4), np.array([1, 0])), {"block_size": 4, "permutation": [1, 0]}),
+        (lambda: Blockwise(4, [np.int64(1), np.int64(0)]), {"block_size": 4, "permutation": [1, 0]}),
+        (
+            lambda: BigBird(np.int64(4), np.int64(2), np.int64(3), np.int64(1), seed=np.int64(5)),
+            {"block_size": 4, "num_random_blocks": 2, "num_window_blocks": 3, "num_global_blocks": 1, "seed": 5,
+             "causal": False},
+        ),
+    ],
+)
+def test_numpy_integers_are_accepted_as_python_ints(build, config):
+    pattern = build()
+    assert pattern.get_config() == config
+    numbers = [value for value in pattern.get_config().values() if isinstance(value, (int, np.integer))]
+    assert all(type(value) in (int, bool) for value in numbers)  # no NumPy scalars in the config
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: SlidingWindow(2.5), "Received: window=2.5"),
+        (lambda: SlidingWindow(np.float32(3)), r"Received: window=np.float32\(3.0\)"),
+        (lambda: SlidingWindow(True), "Received: window=True"),
+        (lambda: SlidingWindow(np.int64(0)), r"Received: window=np.int64\(0\)"),
+        (lambda: DilatedWindow(3.0), "Received: window=3.0"),
+        (lambda: Strided(4, subset=True), "Received: subset=True"),
+        (lambda: Strided(4, subset=1.0), "Received: subset=1.0"),
+        (lambda: Blockwise(4.0), "Received: block_size=4.0"),
+        (lambda: Blockwise(4, [1.0, 0.0]), r"Received: permutation=\[1.0, 0.0\]"),
+        (lambda: Blockwise(4, []), r"Received: permutation=\[\]"),
+        (lambda: Blockwise(4, 2), "Received: permutation=2"),
+        (lambda: BigBird(4, num_random_blocks=1.5), "Received: num_random_blocks=1.5"),
+        (lambda: BigBird(4, num_global_blocks=np.int64(-1)), r"Received: num_global_blocks=np.int64\(-1\)"),
+        (lambda: BigBird(4, seed=np.nan), "Received: seed=nan"),
+    ],
+)
+def test_non_integers_and_non_positive_sizes_are_refused_in_one_line(build, match):
+    with pytest.raises(ValueError, match=match) as error:
+        build()
+    assert "\n" not in str(error.value)

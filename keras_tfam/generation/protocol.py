@@ -1,0 +1,115 @@
+"""The generation protocol, declared: what `Generator` asks of a model, and a base for model wrappers."""
+
+from typing import Any, NamedTuple
+
+
+class DecodeStep(NamedTuple):
+    """What `call_with_cache` returns, always this one structure.
+
+    Attributes:
+        logits: float32 `(B, T, V)` next-token logits (or log-probabilities).
+        cache: the updated caches (any nest of tensors, batch on axis 0).
+        hidden_states: `(B, T, D)` final hidden states (the input of the
+            output head), for models that declare `returns_hidden_states`;
+            else `None`.
+    """
+
+    logits: Any
+    cache: Any
+    hidden_states: Any = None
+
+
+class DecodingModel:
+    """Base of every model the generator drives (`Generator`, `GenerationMixin`).
+
+    A decoding model has `vocabulary_size` (ids are in `[0, V)`) and
+    `max_length` (the longest context it was trained on, or `None`) and
+    implements three methods:
+
+    - `init_cache(batch_size, length, window=None, **cache_inputs)`: empty
+      caches, any nest of tensors with the batch on axis 0;
+    - `resize_cache(cache, length)`: the caches grown to `length` positions;
+    - `call_with_cache(token_ids (B, T), cache, index, window=None)`: a
+      `DecodeStep` for the tokens at positions `index .. index + T - 1`.
+
+    Its capabilities are declared, as class or instance attributes:
+
+    - `sliding_window_cache`: `call_with_cache` accepts `window=W` with
+      ring caches of `W` slots (relative or no positions); otherwise the
+      generator re-encodes the window at positions `0 .. W - 1`.
+    - `returns_hidden_states`: each `DecodeStep` carries the final hidden
+      states (what retrieval, `KNNLM`, keys on).
+    - `output_vocabulary_size`: the vocabulary of the generated ids when it
+      differs from `vocabulary_size` (an encoder-decoder's target side), or
+      `None`.
+    """
+
+    sliding_window_cache = False
+    returns_hidden_states = False
+    output_vocabulary_size = None
+
+    def init_cache(self, batch_size, length, window=None, **cache_inputs):
+        raise NotImplementedError
+
+    def resize_cache(self, cache, length):
+        raise NotImplementedError
+
+    def call_with_cache(self, token_ids, cache, index, window=None):
+        raise NotImplementedError
+
+
+class DecodingWrapper(DecodingModel):
+    """Base of models that wrap a decoding model (`KNNLM`, `EarlyExitLM`): the protocol delegated to `self.wrapped`.
+
+    A wrapper overrides what it changes (usually `call_with_cache`) and
+    inherits the rest, so any decoding model can be wrapped, and wrappers
+    stack. Subclasses set `self.wrapped` in their constructor.
+    """
+
+    wrapped = None
+
+    @property
+    def vocabulary_size(self):
+        return self.wrapped.vocabulary_size
+
+    @property
+    def max_length(self):
+        return self.wrapped.max_length
+
+    @property
+    def sliding_window_cache(self):
+        return self.wrapped.sliding_window_cache
+
+    @property
+    def returns_hidden_states(self):
+        return self.wrapped.returns_hidden_states
+
+    def init_cache(self, batch_size, length, window=None, **cache_inputs):
+        return self.wrapped.init_cache(batch_size, length, window=window, **cache_inputs)
+
+    def resize_cache(self, cache, length):
+        return self.wrapped.resize_cache(cache, length)
+
+    def call_with_cache(self, token_ids, cache, index, window=None):
+        return self.wrapped.call_with_cache(token_ids, cache, index, window=window)
+
+
+def check_protocol(model, hidden_states=False):
+    """Raises a `ValueError` unless `model` is a `DecodingModel` (with `returns_hidden_states` when asked)."""
+    if not isinstance(model, DecodingModel):
+        raise ValueError(
+            "The model does not implement the generation protocol: subclass keras_tfam.generation.DecodingModel "
+            f"(or GenerationMixin) and implement init_cache, resize_cache and call_with_cache. "
+            f"Received: model={type(model).__name__}"
+        )
+    missing = [name for name in ("vocabulary_size", "max_length") if not hasattr(model, name)]
+    if missing:
+        raise ValueError(
+            f"The model does not implement the generation protocol: it lacks {missing}. "
+            f"Received: model={type(model).__name__}"
+        )
+    if hidden_states and not model.returns_hidden_states:
+        raise ValueError(
+            "The model's decoding steps carry no hidden states (returns_hidden_states=False). "
+            f"Received: model={type(model).__name__}"
+        )

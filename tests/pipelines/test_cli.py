@@ -1,0 +1,47 @@
+"""`tfam`'s argument parsing: a usage error is one `tfam: error:` line and exit code 2."""
+
+import contextlib
+import io
+
+import pytest
+
+from pipelines.cli import build_parser, main
+
+
+def _usage_error(argv):
+    """`(exit code, stderr lines)` of `tfam argv` when parsing fails (in this process)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exit_:
+        main(argv)
+    return exit_.value.code, stderr.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("spelling, value", [("yes", True), ("NO", False), ("on", True), ("0", False)])
+def test_use_bias_takes_the_usual_boolean_spellings(spelling, value):
+    assert build_parser().parse_args(["train", "--use-bias", spelling]).use_bias is value
+
+
+def test_a_bad_boolean_is_a_one_line_usage_error():
+    # `tfam train --use-bias yes` ended in a KeyError traceback with exit code 1.
+    code, lines = _usage_error(["train", "--use-bias", "maybe"])
+    assert code == 2
+    assert lines == [
+        "tfam: error: argument --use-bias: must be a boolean: true/false, yes/no, on/off or 1/0 (any case). "
+        "Received: 'maybe' (see tfam train --help)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train", "--attention-options", "[1, 2]"], "argument --attention-options: must be a JSON object. "
+                                                     "Received: a JSON list, '[1, 2]'"),
+        (["train", "--num-layers", "2.5"], "argument --num-layers: invalid int value: '2.5'"),
+        (["eval"], "the following arguments are required: run"),
+        (["launch"], "argument command: invalid choice: 'launch'"),
+    ],
+)
+def test_every_usage_error_is_one_line(argv, expected):
+    code, lines = _usage_error(argv)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"tfam: error: {expected}")
