@@ -16,6 +16,7 @@ causal (Linformer) refuse every decoding argument in one line.
 
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_tfam.layers.attention.registry import attention_kinds
 from keras_tfam.layers.position.registry import ATTENTION_POSITIONS, make_attention_position
@@ -55,13 +56,17 @@ def build(cls, options):
         return None, error
 
 
+def to_numpy(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
 def decode(layer, x, prefill, cache, window=None):
     """Causal outputs of `x (B, T, D)` through `cache`: `prefill` positions at once, then one by one."""
     out, cache = layer(x[:, :prefill], cache=cache, cache_update_index=0, use_causal_mask=True, window=window)
-    outs = [np.asarray(out)]
+    outs = [to_numpy(out)]
     for t in range(prefill, x.shape[1]):
         out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True, window=window)
-        outs.append(np.asarray(out))
+        outs.append(to_numpy(out))
     return np.concatenate(outs, axis=1)
 
 
@@ -88,7 +93,7 @@ def test_full_pass_equals_decoding(cls, options):
             with pytest.raises(ValueError, match=f"{cls.__name__} takes no"):
                 layer(x, **arguments)
         return
-    full = np.asarray(layer(x, use_causal_mask=True))
+    full = to_numpy(layer(x, use_causal_mask=True))
     for prefill in (1, 4):
         decoded = decode(layer, x, prefill, layer.init_cache(2, LENGTH))
         assert_close(decoded, full)
@@ -110,7 +115,7 @@ def test_a_call_window_is_the_same_through_a_ring_cache_or_refused(cls, options)
         with pytest.raises(ValueError, match="no windowed form"):
             layer(x, use_causal_mask=True, window=4)
         return
-    full = np.asarray(layer(x, use_causal_mask=True, window=4))
+    full = to_numpy(layer(x, use_causal_mask=True, window=4))
     for prefill in (1, 5):  # 5 > 4: the prefill wraps around the ring
         decoded = decode(layer, x, prefill, layer.init_cache(2, LENGTH, window=4), window=4)
         assert_close(decoded, full)
