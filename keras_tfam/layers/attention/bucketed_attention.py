@@ -4,7 +4,11 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
-from keras_tfam.ops.bucketed_attention import causal_bucket_rule, chunked_bucket_attention
+from keras_tfam.ops.bucketed_attention import (
+    causal_bucket_rule,
+    causal_chunked_bucket_attention,
+    chunked_bucket_attention,
+)
 from keras_tfam.utils import check_positive_int
 
 
@@ -102,8 +106,6 @@ class BucketedAttention(MultiHeadAttention):
 
     def _chunked(self, query, key, value, buckets, context, causal):
         """The chunked forms, padded to a multiple of `chunk_length`."""
-        from keras_tfam.ops.bucketed_attention import causal_chunked_bucket_attention
-
         q, k, v = self._heads_first(query, key, value)
         dropout = self._weights_dropout(context.training)
         if causal:

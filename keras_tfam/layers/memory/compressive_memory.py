@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from keras_tfam.ops.attention import scaled_dot_product_attention
-from keras_tfam.utils import check_positive_int
 
 COMPRESSIONS = ("mean", "max", "conv")
 
