@@ -27,6 +27,21 @@ def check_non_negative_int(name, value):
     return int(value)
 
 
+def check_real(name, value, allowed, condition):
+    """`value` as a Python float; a `ValueError` naming `name` unless it is a finite real number.
+
+    Python and NumPy scalars (and 0-d arrays) are accepted, bools and
+    everything else refused, as are values failing `condition`; `allowed`
+    says in words what is allowed (`"> 0"`, `"in (0, 1]"`).
+    """
+    number = isinstance(value, (int, float, np.integer, np.floating)) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.number)
+    )
+    if not number or isinstance(value, (bool, np.bool_)) or not np.isfinite(value) or not condition(float(value)):
+        raise ValueError(f"`{name}` must be a finite number {allowed}. Received: {name}={value!r}")
+    return float(value)
+
+
 def head_size(label, width, num_heads):
     """`width // num_heads`; a `ValueError` naming both values unless it divides evenly."""
     if width % num_heads:

@@ -182,7 +182,7 @@ def _export(args):
     from pipelines.export import export_model
 
     model, tokenizer = load_run(args.run, args.checkpoint)
-    path = export_model(model, args.out, tokenizer, overwrite=args.overwrite)
+    path = export_model(model, args.out, tokenizer, overwrite=args.overwrite, max_new_tokens_limit=args.max_new_tokens_limit)
     print(f"exported {args.run} -> {path}")
 
 
@@ -243,4 +243,8 @@ def add_commands(commands):
     run_arguments(export)
     export.add_argument("--out", required=True, help="EXPORT_DIR; ends in a version number, or one is added")
     export.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    export.add_argument(
+        "--max-new-tokens-limit", type=int, default=None,
+        help="the most new tokens a generate request may ask for (default: 4096, or the model's context if longer)",
+    )
     export.set_defaults(handler=_export)

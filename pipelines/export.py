@@ -27,7 +27,7 @@ Signatures (all without XLA, which TF Serving on CPU does not enable):
 
 Every signature rejects bad requests with an error naming the value (ids
 outside `[0, V)`, empty prompts, `lengths` of another batch, a NaN
-temperature, ...): the checks of `keras_tfam.generation.prompt_checks`, as
+temperature, a `max_new_tokens` past the export's limit, ...): the checks of `keras_tfam.generation.prompt_checks`, as
 graph assertions.
 
 The word and character tokenizers use core TensorFlow ops only. The BPE
@@ -47,6 +47,7 @@ import keras
 import tensorflow as tf
 
 from keras_tfam.generation import Sampling, TensorSampler, generate_graph, prompt_checks
+from keras_tfam.utils import check_positive_int
 from pipelines.errors import notice
 from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
@@ -59,6 +60,11 @@ _SCALARS = dict(
     top_p=tf.TensorSpec([], tf.float32, name="top_p"),
     seed=tf.TensorSpec([], tf.int32, name="seed"),
 )
+_GENERATE_SIGNATURE = [
+    tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+    tf.TensorSpec([None], tf.int32, name="lengths"),
+    *_SCALARS.values(),
+]
 
 
 @contextlib.contextmanager
@@ -90,12 +96,38 @@ def resolve_version_dir(export_dir):
     return os.path.join(export_dir, str(max(versions, default=0) + 1))
 
 
+# `max_new_tokens` a `generate` request may ask for by default: the token buffer and (for a model
+# without a fixed context) the caches grow with it, so a request is bounded by what the export allows.
+DEFAULT_MAX_NEW_TOKENS = 4096
+
+
+def resolve_max_new_tokens_limit(model, limit=None):
+    """`limit`, checked; by default `DEFAULT_MAX_NEW_TOKENS`, or the model's context if longer."""
+    if limit is None:
+        return max(DEFAULT_MAX_NEW_TOKENS, getattr(model, "max_length", None) or 0)
+    return check_positive_int("max_new_tokens_limit", limit)
+
+
 class ServingFunctions:
     """The exported computations, over a model of the generation protocol and a tokenizer."""
 
-    def __init__(self, model, tokenizer=None):
+    def __init__(self, model, tokenizer=None, max_new_tokens_limit=None):
         self.model = model
         self.tokenizer = tokenizer
+        self.max_new_tokens_limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
+        # One traced decoding loop, which `generate_text` calls too (a second trace would double the
+        # export's time and the SavedModel's graphs).
+        self.generate_function = tf.function(self.generate, input_signature=_GENERATE_SIGNATURE, autograph=False)
+
+    def _length_checks(self, max_new_tokens):
+        """`max_new_tokens` in `[1, limit]`: checked before anything of that size is allocated."""
+        limit = self.max_new_tokens_limit
+        yield (
+            tf.logical_and(max_new_tokens >= 1, max_new_tokens <= limit),
+            f"`max_new_tokens` must be in [1, {limit}], the limit of this export (export with a larger "
+            "--max-new-tokens-limit for more). Received: max_new_tokens={}",
+            [max_new_tokens],
+        )
 
     def _id_checks(self, token_ids, lengths=None):
         if lengths is None:
@@ -110,25 +142,36 @@ class ServingFunctions:
     def generate(self, token_ids, lengths, max_new_tokens, temperature, top_k, top_p, seed):
         sampler = TensorSampler(temperature, top_k, top_p)
         checks = prompt_checks(token_ids, lengths, max_new_tokens, self.model.vocabulary_size)
-        with asserting(checks), asserting(sampler.checks()):
+        with asserting(self._length_checks(max_new_tokens)), asserting(checks), asserting(sampler.checks()):
             generated = generate_graph(self.model, token_ids, lengths, max_new_tokens, Sampling(sampler), seed)
         return {"token_ids": generated}
 
     def generate_text(self, prompts, max_new_tokens, temperature, top_k, top_p, seed):
+        with asserting(self._length_checks(max_new_tokens)):
+            return self._generate_text(prompts, max_new_tokens, temperature, top_k, top_p, seed)
+
+    def _generate_text(self, prompts, max_new_tokens, temperature, top_k, top_p, seed):
         tokenizer = self.tokenizer
         ids = tokenizer.tokenize_prompt(prompts)
         start = tf.fill([ids.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32))
         ids = tf.concat([tf.RaggedTensor.from_tensor(start), tf.cast(ids, tf.int32)], axis=1)
         lengths = tf.cast(ids.row_lengths(), tf.int32)
-        generated = self.generate(ids.to_tensor(), lengths, max_new_tokens, temperature, top_k, top_p, seed)
+        generated = self.generate_function(ids.to_tensor(), lengths, max_new_tokens, temperature, top_k, top_p, seed)
         new_tokens = tf.RaggedTensor.from_tensor(
             tf.gather(generated["token_ids"], lengths[:, None] + tf.range(max_new_tokens)[None, :], batch_dims=1)
         )
         return {"completions": tokenizer.detokenize(new_tokens)}
 
 
-def _archive(model, tokenizer, token_signatures=True, text_signature=True):
-    functions = ServingFunctions(model, tokenizer)
+def ensure_built(model):
+    """Builds a subclassed model that was only used through `generate` (its own `call` never ran)."""
+    if not model.built:
+        model(tf.zeros((1, 2), tf.int32), training=False)
+
+
+def _archive(model, tokenizer, token_signatures=True, text_signature=True, max_new_tokens_limit=None):
+    ensure_built(model)
+    functions = ServingFunctions(model, tokenizer, max_new_tokens_limit)
     archive = keras.export.ExportArchive()
     archive.track(model)
     if token_signatures:
@@ -137,15 +180,7 @@ def _archive(model, tokenizer, token_signatures=True, text_signature=True):
             functions.serving_default,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")],
         )
-        archive.add_endpoint(
-            "generate",
-            functions.generate,
-            input_signature=[
-                tf.TensorSpec([None, None], tf.int32, name="token_ids"),
-                tf.TensorSpec([None], tf.int32, name="lengths"),
-                *_SCALARS.values(),
-            ],
-        )
+        archive.add_endpoint("generate", functions.generate_function)
     if text_signature and tokenizer is not None:
         archive.track(tokenizer)
         archive.add_endpoint(
@@ -161,24 +196,29 @@ def text_export_dir(export_dir):
     return os.path.abspath(export_dir).rstrip(os.sep) + "-text"
 
 
-def export_model(model, export_dir, tokenizer=None, overwrite=False):
+def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tokens_limit=None):
     """Writes the SavedModel to `export_dir` (TF Serving layout); returns the version path.
+
+    `max_new_tokens_limit` bounds the `max_new_tokens` of a `generate`
+    request (default: `DEFAULT_MAX_NEW_TOKENS`, or the model's context if
+    longer); a larger request fails with a clear error before allocating.
 
     A tokenizer whose graph needs ops outside core TensorFlow (BPE) gets its
     `generate_text` model written to `<export_dir>-text/<version>/` (with the
     token-level signatures too), and `<export_dir>/<version>/` keeps only
     the token-level signatures, loadable by any TensorFlow.
     """
+    limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
     split_text = not core_ops_only(tokenizer)
     if split_text:
         planned = resolve_version_dir(export_dir)
         text_planned = os.path.join(text_export_dir(os.path.dirname(planned)), os.path.basename(planned))
         if os.path.exists(text_planned) and not overwrite:
             raise FileExistsError(f"Export {text_planned!r} exists already; pass --overwrite to replace it")
-    target = _export(_archive(model, tokenizer, text_signature=not split_text), export_dir, overwrite)
+    target = _export(_archive(model, tokenizer, text_signature=not split_text, max_new_tokens_limit=limit), export_dir, overwrite)
     if split_text:
         text_target = os.path.join(text_export_dir(os.path.dirname(target)), os.path.basename(target))
-        _export(_archive(model, tokenizer), text_target, overwrite)
+        _export(_archive(model, tokenizer, max_new_tokens_limit=limit), text_target, overwrite)
     return target
 
 

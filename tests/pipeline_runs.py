@@ -49,15 +49,52 @@ def tiny_args(data_dir, out, **overrides):
     return args
 
 
-def run_tfam(args, env=None, timeout=300, check=True, **kwargs):
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1", **(env or {})}
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args],
-        cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout, **kwargs,
-    )
+# Options that configure TensorFlow itself (devices, distribution), which a process can do only once.
+PROCESS_OPTIONS = ("--cpu-devices", "--strategy")
+
+
+def run_tfam(args, env=None, timeout=300, check=True, in_process=None, **kwargs):
+    """Runs `tfam args`: a `subprocess.CompletedProcess`-like result (`returncode`, `stdout`, `stderr`).
+
+    In this process by default, as `pipelines.cli.main(args)` with its output captured: the command's
+    code, arguments, exit codes and messages are the same, without a TensorFlow start-up per run.
+    In a fresh process (`python -m pipelines.cli`) when asked, when `env` is set (fault points, ...)
+    or when the options configure TensorFlow's devices.
+    """
+    if in_process is None:
+        in_process = env is None and not kwargs and not any(arg in PROCESS_OPTIONS for arg in args)
+    if in_process:
+        result = _run_in_process(args)
+    else:
+        environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1", **(env or {})}
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", *args],
+            cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout, **kwargs,
+        )
     if check and result.returncode != 0:
         raise AssertionError(f"tfam {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def _run_in_process(args):
+    import contextlib
+    import io
+
+    import keras
+
+    from pipelines.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    policy = keras.mixed_precision.global_policy()
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main([str(arg) for arg in args])
+            except SystemExit as exit_:  # argparse's usage errors
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        keras.mixed_precision.set_global_policy(policy)  # `tfam train` sets the run's precision
+    return subprocess.CompletedProcess(["tfam", *args], code, stdout.getvalue(), stderr.getvalue())
 
 
 def copy_run(run, folder):

@@ -125,7 +125,10 @@ def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_tok
 
     def cached_step(tokens, cache, index):
         previous = ops.slice(tokens, (0, index - 1), (rows, 1))
-        step = model.call_with_cache(previous, cache, index - 1, **ring_options)
+        options = dict(ring_options)
+        if model.reads_prompt_rows:
+            options["prompt_rows"] = index - 1 < prompt_lengths  # the token fed is a prompt token
+        step = model.call_with_cache(previous, cache, index - 1, **options)
         return step.logits[:, -1], step.cache
 
     def reencode_step(tokens, cache, index):

@@ -182,18 +182,35 @@ class Generator:
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         vocabulary = output_vocabulary_size(model)
         pad_token_id = check_token_id("pad_token_id", pad_token_id, vocabulary)
+        if search.beam_size > vocabulary:
+            raise ValueError(
+                f"`beam_size` can be at most the vocabulary size ({vocabulary}). Received: beam_size={search.beam_size}"
+            )
+        if stop_token_ids is None or is_integer(stop_token_ids):  # one id, or none
+            stop_token_ids = [] if stop_token_ids is None else [stop_token_ids]
+        if not isinstance(stop_token_ids, (list, tuple, np.ndarray)):
+            raise ValueError(
+                f"`stop_token_ids` must be a token id or a list of them. Received: stop_token_ids={stop_token_ids!r}"
+            )
         stop = np.asarray(
-            [check_token_id("stop_token_ids", i, vocabulary) for i in np.asarray(list(stop_token_ids or [])).reshape(-1)],
+            [check_token_id("stop_token_ids", i, vocabulary) for i in np.asarray(stop_token_ids, object).reshape(-1)],
             np.int32,
         )
         padded, lengths = as_padded_prompts(token_ids, pad_token_id)
+        if padded.shape[1] + length_bucket(max_new_tokens) >= 2**31:
+            raise ValueError(
+                f"`max_new_tokens` plus the prompt length ({padded.shape[1]}) must fit the int32 positions "
+                f"(below 2**31). Received: max_new_tokens={max_new_tokens}"
+            )
         raise_failed_checks(prompt_checks(padded, lengths, max_new_tokens, vocabulary))
         window = resolve_window(model, window, overflow, padded.shape[1], max_new_tokens)
         bucket = length_bucket(max_new_tokens)
         plan = plan_decoding(model, padded.shape[1] + bucket, int(lengths.min()), window)
         if seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
-        seed = np.asarray(seed, np.int64).astype(np.uint32).astype(np.int32)  # any int, as 32 bits
+        if not is_integer(seed):
+            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+        seed = np.asarray(int(seed) % 2**32, np.uint32).astype(np.int32)  # any int, as 32 bits
         names = tuple(sorted(cache_inputs or {}))
         values = [np.asarray(cache_inputs[name]) for name in names]
         for name, value in zip(names, values):

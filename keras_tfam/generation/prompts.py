@@ -64,8 +64,8 @@ def prompt_checks(token_ids, lengths, max_new_tokens, vocabulary_size):
     count = ops.shape(lengths)[0]
     yield (
         ops.equal(count, batch),
-        "`lengths` must hold one length per prompt of `token_ids`: {} lengths for {} prompts.",
-        [count, batch],
+        "`lengths` must hold one length per prompt of `token_ids` ({} prompts). Received: {} lengths.",
+        [batch, count],
     )
     shortest = ops.argmin(lengths)
     yield (

@@ -42,11 +42,17 @@ class DecodingModel:
     - `output_vocabulary_size`: the vocabulary of the generated ids when it
       differs from `vocabulary_size` (an encoder-decoder's target side), or
       `None`.
+    - `reads_prompt_rows`: `call_with_cache` accepts `prompt_rows`, a `(B,)`
+      bool that is true where the token fed is still part of the row's
+      prompt (rows of different lengths finish their prompts inside the
+      loop); a model whose steps differ on prompt tokens (early exits) reads
+      it. Otherwise the generator does not pass it.
     """
 
     sliding_window_cache = False
     returns_hidden_states = False
     output_vocabulary_size = None
+    reads_prompt_rows = False
 
     def init_cache(self, batch_size, length, window=None, **cache_inputs):
         raise NotImplementedError
@@ -84,14 +90,18 @@ class DecodingWrapper(DecodingModel):
     def returns_hidden_states(self):
         return self.wrapped.returns_hidden_states
 
+    @property
+    def reads_prompt_rows(self):
+        return self.wrapped.reads_prompt_rows
+
     def init_cache(self, batch_size, length, window=None, **cache_inputs):
         return self.wrapped.init_cache(batch_size, length, window=window, **cache_inputs)
 
     def resize_cache(self, cache, length):
         return self.wrapped.resize_cache(cache, length)
 
-    def call_with_cache(self, token_ids, cache, index, window=None):
-        return self.wrapped.call_with_cache(token_ids, cache, index, window=window)
+    def call_with_cache(self, token_ids, cache, index, window=None, **options):
+        return self.wrapped.call_with_cache(token_ids, cache, index, window=window, **options)
 
 
 def check_protocol(model, hidden_states=False):

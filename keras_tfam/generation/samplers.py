@@ -14,7 +14,7 @@ too through `get_sampler`.
 import keras
 from keras import ops
 
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, check_real
 
 _GOLDEN = -1640531527  # 0x9E3779B9 as an int32
 
@@ -69,9 +69,7 @@ class Sampler:
     """
 
     def __init__(self, temperature=1.0):
-        if not temperature > 0:
-            raise ValueError(f"`temperature` must be positive. Received: temperature={temperature}")
-        self.temperature = float(temperature)
+        self.temperature = check_real("temperature", temperature, "> 0", lambda t: t > 0)
 
     def __call__(self, logits, key):
         logits = ops.cast(logits, "float32") / self.temperature
@@ -135,8 +133,7 @@ class TopKSampler(Sampler):
 
     def __init__(self, k=50, temperature=1.0):
         super().__init__(temperature)
-        check_positive_int("k", k)
-        self.k = k
+        self.k = check_positive_int("k", k)
 
     def filter(self, logits):
         return top_k_filter(logits, min(self.k, logits.shape[-1]))
@@ -156,9 +153,7 @@ class TopPSampler(Sampler):
 
     def __init__(self, p=0.9, temperature=1.0):
         super().__init__(temperature)
-        if not 0.0 < p <= 1.0:
-            raise ValueError(f"`p` must be in (0, 1]. Received: p={p}")
-        self.p = float(p)
+        self.p = check_real("p", p, "in (0, 1]", lambda p: 0.0 < p <= 1.0)
 
     def filter(self, logits):
         return top_p_filter(logits, self.p)

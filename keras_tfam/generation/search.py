@@ -13,7 +13,7 @@ that are done, and its own state.
 from keras import ops
 
 from keras_tfam.generation.samplers import GreedySampler, Sampler, get_sampler
-from keras_tfam.utils import check_positive_int
+from keras_tfam.utils import check_positive_int, check_real
 
 
 def _is_stop(tokens, stop_token_ids):
@@ -74,11 +74,8 @@ class BeamSearch:
     """
 
     def __init__(self, beam_size=4, length_penalty=0.0):
-        check_positive_int("beam_size", beam_size)
-        if not length_penalty >= 0:
-            raise ValueError(f"`length_penalty` must be >= 0. Received: length_penalty={length_penalty}")
-        self.beam_size = beam_size
-        self.length_penalty = float(length_penalty)
+        self.beam_size = check_positive_int("beam_size", beam_size)
+        self.length_penalty = check_real("length_penalty", length_penalty, ">= 0", lambda alpha: alpha >= 0)
 
     def cache_key(self):
         return ("beam", self.beam_size, self.length_penalty)

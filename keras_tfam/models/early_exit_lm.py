@@ -211,15 +211,20 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, keras.Model):
         """The cache of a skipped block with the keys/values projected from the exit state."""
         return block.self_attention_layer.write_cache(layer_cache, block.self_attention_norm(hidden), index, window)
 
-    def call_with_cache(self, token_ids, cache, index, window=None):
+    reads_prompt_rows = True
+
+    def call_with_cache(self, token_ids, cache, index, window=None, prompt_rows=None):
         """Runs `token_ids (B, T)` at positions `index ..`; one-token steps may exit early.
+
+        `prompt_rows` (`(B,)` bool, from the generator) marks the rows whose
+        token is still part of their prompt: those run every layer.
 
         Returns a `DecodeStep` (logits `(B, T, V)` float32, cache, hidden states).
         """
-        step = self.early_exit_step(token_ids, cache, index, window)
+        step = self.early_exit_step(token_ids, cache, index, window, prompt_rows)
         return DecodeStep(step["logits"], step["cache"], step["hidden_states"])
 
-    def early_exit_step(self, token_ids, cache, index, window=None):
+    def early_exit_step(self, token_ids, cache, index, window=None, prompt_rows=None):
         """`call_with_cache` with its details: a dict of `logits`, `hidden_states`, `cache`
         and `exit_layers` (`(B,)` int32, the number of blocks each row ran)."""
         batch = ops.shape(token_ids)[0]
@@ -266,6 +271,8 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, keras.Model):
         def exit_check(carry):
             confidence, logits = self._confidence(carry["hidden"])
             exits = ops.logical_and(ops.logical_not(carry["exited"]), confidence > self.threshold_variable)
+            if prompt_rows is not None:  # prompt tokens run every layer
+                exits = ops.logical_and(exits, ops.logical_not(ops.cast(prompt_rows, "bool")))
             carry = dict(carry, exited=ops.logical_or(carry["exited"], exits))
             if logits is not None:
                 carry["logits"] = ops.where(exits[:, None, None], logits, carry["logits"])

@@ -91,9 +91,9 @@ class KNNLM(GenerationMixin, DecodingWrapper, keras.Model):
     def wrapped(self):
         return self.lm
 
-    def call_with_cache(self, token_ids, cache, index, window=None):
+    def call_with_cache(self, token_ids, cache, index, window=None, **options):
         """A `DecodeStep` of log-probabilities `(B, T, V)` for `token_ids` at positions `index ..`."""
-        logits, cache, hidden = self.lm.call_with_cache(token_ids, cache, index, window=window)
+        logits, cache, hidden = self.lm.call_with_cache(token_ids, cache, index, window=window, **options)
         return DecodeStep(self._interpolate(logits, hidden), cache, hidden)
 
     def get_config(self):

@@ -316,16 +316,20 @@ class TransformerXLLM(GenerationMixin, keras.Model):
                 f"{tuple(token_ids.shape)}"
             )
         batch = self.memory_variables[0]["memory"].shape[0]
-        if token_ids.shape[0] is not None and token_ids.shape[0] != batch:
+        if token_ids.shape[0] is not None and token_ids.shape[0] > batch:
             raise ValueError(
                 f"The memory of the stateful stream holds {batch} rows (the batch size the model was built with); "
-                f"every training batch must have as many. Received: token_ids.shape={tuple(token_ids.shape)}"
+                f"a training batch can have at most as many. Received: token_ids.shape={tuple(token_ids.shape)}"
             )
-        memory = tuple({name: v.value for name, v in variables.items()} for variables in self.memory_variables)
+        # A partial batch (the last of an epoch) continues the streams of its rows, the first
+        # `rows`; the other rows' memory is kept as it is.
+        rows = ops.shape(token_ids)[0]
+        memory = tuple({name: v.value[:rows] for name, v in variables.items()} for variables in self.memory_variables)
         hidden, memory = self._hidden_states(token_ids, memory, training)
         for variables, state in zip(self.memory_variables, memory):
             for name, value in state.items():
-                variables[name].assign(value)
+                kept = variables[name].value[rows:]
+                variables[name].assign(ops.concatenate([ops.cast(value, kept.dtype), kept], axis=0))
         return self.logits(hidden)
 
     # ------------------------------------------------------------------ generation protocol

@@ -29,7 +29,7 @@ def test_packing_puts_padding_after_each_prompt():
 @pytest.mark.parametrize(
     "token_ids, lengths, max_new_tokens, message",
     [
-        ([[1, 2]], [2, 2], 3, "2 lengths for 1 prompts"),
+        ([[1, 2]], [2, 2], 3, r"\(1 prompts\). Received: 2 lengths"),
         ([[1, 2], [3, 0]], [2, 0], 3, r"empty prompt at row 1 \(length 0\)"),
         ([[1, 2]], [3], 3, r"cannot exceed the width of `token_ids` \(2\)\. Received: length 3 at row 0"),
         ([[1, 2], [3, 10]], [2, 2], 3, r"\[0, 10\).*Received: token id 10 at prompt 1, position 1"),

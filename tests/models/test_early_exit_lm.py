@@ -141,13 +141,29 @@ def test_threshold_is_a_variable_read_by_compiled_generation():
     np.testing.assert_array_equal(model.generate(prompt, 8), gpt2.generate(prompt, 8))
     model.threshold = 0.0  # every generated token leaves after the first layer
     tokens = model.generate(prompt, 8)
-    expected = list(prompt[0])
+    # The prompt's last token runs every layer (prompt tokens do), so the first new token is the
+    # backbone's; every later one leaves after the first layer.
+    expected = uncached_greedy(gpt2, prompt[0], 1)
     first_layer = model.layer_logits_model()
-    for _ in range(8):
+    for _ in range(7):
         logits = np.asarray(first_layer(np.array([expected], "int32"))[0])
         expected.append(int(logits[0, -1].argmax()))
-    # The prompt's last token is run by a one-token step as well, so every new token is a layer-1 token.
     assert list(tokens[0]) == expected
+
+
+@pytest.mark.parametrize("options", [{"position": "learned"}, {"position": "rotary", "local_window": 4}])
+def test_prompt_tokens_run_every_layer_in_rows_of_any_length(options):
+    # Rows of different lengths finish their prompts one token at a time inside the decoding loop: those
+    # prompt tokens run every layer though every generated token leaves after the first, so each row's
+    # first new token is the backbone's, and its later ones follow the backbone's caches of the prompt.
+    gpt2 = backbone(**options)
+    model = EarlyExitLM(gpt2, threshold=0.0)
+    prompts = [[5, 8, 11, 2, 9, 4, 1], [7, 1], [3, 3, 6, 2]]
+    tokens = model.generate(prompts, 4)
+    for row, prompt in enumerate(prompts):
+        reference = greedy_with_cache(model, [prompt], 4)[0][0]  # prompt in one pass, then one-token steps
+        assert list(tokens[row, len(prompt) : len(prompt) + 4]) == list(reference[len(prompt) :])
+        assert tokens[row, len(prompt)] == uncached_greedy(gpt2, prompt, 1)[-1]
 
 
 def test_save_load(tmp_path):

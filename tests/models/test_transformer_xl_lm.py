@@ -107,6 +107,24 @@ def test_fit_on_a_stateful_stream_learns_what_only_the_memory_shows():
     assert history.history["loss"][-1] < 0.6 * np.log(37)
 
 
+@pytest.mark.parametrize("options", [{}, {"compressed_memory_length": 4, "compression_rate": 2}], ids=["xl", "compressive"])
+def test_a_partial_last_batch_continues_the_streams_of_its_rows(options):
+    # 10 segments at batch 4: the last batch holds rows 0 and 1 only (a raw reshape error before). Those
+    # continue their streams (segments 0, 4, 8 and 1, 5, 9); rows 2 and 3 keep their memory (2, 6 and 3, 7).
+    model = tiny(memory_length=8, **options)
+    model.build((4, 4))
+    x = rng.integers(0, 37, size=(10, 4)).astype("int32")
+    model.compile(keras.optimizers.SGD(0.0), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, x, batch_size=4, shuffle=False, verbose=0)
+    for row in range(4):
+        cache = model.init_cache(1)
+        for segment in range(row, 10, 4):
+            cache = model.call_with_cache(x[segment : segment + 1], cache).cache
+        for stored, expected in zip(model.memory_state(), cache):
+            for name in expected:
+                np.testing.assert_allclose(np.asarray(stored[name])[row : row + 1], np.asarray(expected[name]), atol=1e-5)
+
+
 def test_compressive_training_adds_the_reconstruction_loss():
     model = tiny(memory_length=4, compressed_memory_length=2, compression_rate=2, compression="conv")
     tokens = rng.integers(0, 37, size=(2, 4)).astype("int32")

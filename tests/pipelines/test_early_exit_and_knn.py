@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 from pipeline_runs import run_tfam
 
-from keras_tfam.models import GPT2LM, EarlyExitLM
+from keras_tfam.models import GPT2LM, KNNLM, EarlyExitLM, TransformerXLLM
+from keras_tfam.retrieval import Datastore
 from pipelines.data.wikitext import count_words, split_lines
 from pipelines.export import export_model
 
@@ -56,3 +57,38 @@ def test_eval_knn_bad_input_is_one_clear_line(trained_run, small_wikitext, optio
     args = ["eval", trained_run, "--data-dir", small_wikitext, "--sequence-length", "32", "--knn-split", "valid"]
     result = run_tfam(args + options, check=False)
     assert result.returncode != 0 and message in result.stderr
+
+
+def _greedy_request(signature, prompts, lengths, max_new_tokens):
+    return signature(
+        token_ids=tf.constant(prompts, tf.int32), lengths=tf.constant(lengths, tf.int32),
+        max_new_tokens=tf.constant(max_new_tokens), temperature=tf.constant(0.0), top_k=tf.constant(0),
+        top_p=tf.constant(1.0), seed=tf.constant(0),
+    )["token_ids"].numpy()
+
+
+def test_models_used_only_through_generate_export(tmp_path):
+    # A subclassed model whose own `call` never ran was "not built" for the export.
+    keras.utils.set_random_seed(2)
+    xl = TransformerXLLM(vocabulary_size=31, num_layers=1, num_heads=2, hidden_dim=16, memory_length=8)
+    gpt2 = GPT2LM(vocabulary_size=31, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    blocks = np.random.default_rng(0).integers(0, 31, size=(3, 16)).astype("int32")
+    knn = KNNLM(gpt2, Datastore.from_model(gpt2, blocks[:, :-1], blocks[:, 1:], k=8), interpolation=0.5)
+    for name, model in (("xl", xl), ("knn", knn)):
+        expected = model.generate([[3, 1, 4]], 6)
+        assert not model.built
+        signature = tf.saved_model.load(export_model(model, str(tmp_path / name))).signatures["generate"]
+        np.testing.assert_array_equal(_greedy_request(signature, [[3, 1, 4]], [3], 6), expected)
+
+
+def test_generate_signature_refuses_max_new_tokens_past_the_export_limit(tmp_path):
+    # Asking for 2^31 - 1 tokens tried to allocate 8 GB; the export has a limit, named in the error.
+    keras.utils.set_random_seed(3)
+    model = GPT2LM(vocabulary_size=29, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    loaded = tf.saved_model.load(export_model(model, str(tmp_path / "export"), max_new_tokens_limit=20))
+    np.testing.assert_array_equal(_greedy_request(loaded.signatures["generate"], [[5, 2]], [2], 20), model.generate([[5, 2]], 20))
+    for asked in (21, 2**31 - 1, 0, -3):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=rf"max_new_tokens. must be in \[1, 20\].*Received: max_new_tokens={asked}"):
+            _greedy_request(loaded.signatures["generate"], [[5, 2]], [2], asked)
+    with pytest.raises(ValueError, match="max_new_tokens_limit"):
+        export_model(model, str(tmp_path / "other"), max_new_tokens_limit=0)

@@ -272,7 +272,7 @@ class CompressiveMemory(keras.layers.Layer):
                 y = ops.matmul(x, ops.stop_gradient(ops.cast(dense.kernel, x.dtype)))
                 if dense.use_bias:
                     y = y + ops.stop_gradient(ops.cast(dense.bias, x.dtype))
-                return ops.reshape(y, (ops.shape(x)[0], ops.shape(x)[1], heads, -1))
+                return ops.reshape(y, (ops.shape(x)[0], ops.shape(x)[1], heads, y.shape[-1] // heads))
 
             q = project(attention.query_dense, queries, attention.num_heads)
             k = project(attention.key_dense, states, attention.num_key_value_heads)

@@ -1,0 +1,113 @@
+"""Generated requests thrown at the exported SavedModel's signatures: each is served or refused in one line.
+
+What TF Serving would pass on: any int32 or float32 scalar (negative, zero,
+huge, NaN, infinite), prompts with ids outside the vocabulary, lengths that
+do not match. A served request returns ids in `[0, V)` of the promised shape;
+a refused one fails with an `InvalidArgumentError` whose message names the
+argument and what was received. Bounded: one export, 25 requests per property.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from keras_tfam.models import GPT2LM
+from pipelines.export import export_model
+
+PROPERTY = settings(
+    max_examples=25, deadline=None, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+VOCABULARY = 19
+LIMIT = 12  # the export's max_new_tokens limit
+INT32 = st.one_of(st.integers(-3, 20), st.integers(-(2**31), 2**31 - 1), st.sampled_from([-(2**31), 2**31 - 1, 0]))
+FLOAT32 = st.one_of(
+    st.floats(-2.0, 2.0, width=32), st.floats(width=32, allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1.0, 1e-30]),
+)
+REQUEST = {"max_new_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+NAMES = {"max_new_tokens": INT32, "temperature": FLOAT32, "top_k": INT32, "top_p": FLOAT32, "seed": INT32}
+
+
+@pytest.fixture(scope="module")
+def signatures(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    model = GPT2LM(vocabulary_size=VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8, max_sequence_length=8)
+    path = export_model(model, str(tmp_path_factory.mktemp("export") / "model"), max_new_tokens_limit=LIMIT)
+    return tf.saved_model.load(path).signatures
+
+
+def refused_in_one_line(call, names):
+    """Runs a request: `True` if served, `False` if refused with a message naming one of `names`."""
+    try:
+        call()
+    except tf.errors.InvalidArgumentError as error:
+        # TensorFlow wraps the assertion's one line: `assertion failed: [<message>]`.
+        lines = [line for line in error.message.split("\n") if line.startswith("assertion failed: [")]
+        assert len(lines) == 1, error.message
+        message = lines[0]
+        assert any(name in message for name in names) and "Received" in message, error.message
+        return False
+    return True
+
+
+def generate(signatures, token_ids, lengths, **scalars):
+    request = {**REQUEST, **scalars}
+    dtypes = {"temperature": tf.float32, "top_p": tf.float32}
+    return signatures["generate"](
+        token_ids=tf.constant(token_ids, tf.int32), lengths=tf.constant(lengths, tf.int32),
+        **{name: tf.constant(value, dtypes.get(name, tf.int32)) for name, value in request.items()},
+    )["token_ids"].numpy()
+
+
+@PROPERTY
+@given(data=st.data(), name=st.sampled_from(sorted(NAMES)))
+@example(data=None, name="max_new_tokens")
+def test_generate_scalars(signatures, data, name):
+    value = 2**31 - 1 if data is None else data.draw(NAMES[name])
+    prompts, lengths = [[3, 1, 4], [1, 5, 0]], [3, 2]
+    result = {}
+
+    def call():
+        result["tokens"] = generate(signatures, prompts, lengths, **{name: value})
+
+    if refused_in_one_line(call, [name]):
+        tokens, new = result["tokens"], REQUEST["max_new_tokens"] if name != "max_new_tokens" else value
+        assert 1 <= new <= LIMIT
+        assert tokens.shape == (2, 3 + new) and tokens.min() >= 0 and tokens.max() < VOCABULARY
+        assert list(tokens[0, :3]) == [3, 1, 4] and list(tokens[1, :2]) == [1, 5]
+    else:
+        assert name != "seed" and not (name == "max_new_tokens" and 1 <= value <= LIMIT)
+
+
+@PROPERTY
+@given(
+    prompts=st.lists(st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(-2, VOCABULARY + 2), min_size=3, max_size=3),
+                     min_size=1, max_size=3),
+    lengths=st.lists(st.integers(-2, 5), min_size=0, max_size=4),
+)
+@example(prompts=[[1, VOCABULARY, 2]], lengths=[3])
+@example(prompts=[[1, 2, 3]], lengths=[0])
+@example(prompts=[[1, 2, 3], [4, 5, 6]], lengths=[3])
+def test_generate_prompts(signatures, prompts, lengths):
+    served = refused_in_one_line(lambda: generate(signatures, prompts, lengths), ["lengths", "Token ids", "prompt"])
+    valid = len(lengths) == len(prompts) and all(1 <= n <= 3 for n in lengths) and all(
+        0 <= t < VOCABULARY for row, n in zip(prompts, lengths) for t in row[:n]
+    )
+    assert served == valid
+
+
+@PROPERTY
+@given(prompts=st.lists(st.lists(st.integers(-3, VOCABULARY + 3), min_size=2, max_size=2), min_size=1, max_size=2))
+@example(prompts=[[0, -1]])
+def test_serving_default(signatures, prompts):
+    def call():
+        return signatures["serving_default"](token_ids=tf.constant(prompts, tf.int32))["logits"].numpy()
+
+    served = refused_in_one_line(call, ["Token ids"])
+    assert served == all(0 <= t < VOCABULARY for row in prompts for t in row)
+    if served:
+        assert np.isfinite(call()).all()
