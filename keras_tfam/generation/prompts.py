@@ -60,6 +60,7 @@ def prompt_checks(token_ids, lengths, max_new_tokens, vocabulary_size):
         max_new_tokens: scalar int.
         vocabulary_size: Python int `V`; prompt ids must be in `[0, V)`.
     """
+    token_ids, lengths = ops.convert_to_tensor(token_ids, "int32"), ops.convert_to_tensor(lengths, "int32")
     batch, width = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
     count = ops.shape(lengths)[0]
     yield (

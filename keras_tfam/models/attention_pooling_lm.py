@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
@@ -13,7 +14,7 @@ from keras_tfam.utils import base_model_config, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class AttentionPoolingLM(GenerationMixin, keras.Model):
+class AttentionPoolingLM(GenerationMixin, FunctionalModel):
     """`token_ids (B, T)` context window -> float32 logits `(B, V)` of the next token.
 
     Token embeddings plus learned positions, `num_layers` pre-norm

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
@@ -11,7 +12,7 @@ _INPUTS = ("returns_to_go", "states", "actions", "timesteps")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class DecisionTransformer(keras.Model):
+class DecisionTransformer(FunctionalModel):
     """A GPT-2 decoder over (return-to-go, state, action) tokens that predicts actions.
 
     Chen et al. 2021. A trajectory of `T` steps becomes the `3T` tokens

@@ -5,6 +5,7 @@ import math
 import keras
 import numpy as np
 
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep
 from keras_tfam.layers.attention.patterns.registry import get_pattern
@@ -29,7 +30,7 @@ LOCAL_LAYERS = ("odd", "even", "all")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class GPT2LM(GenerationMixin, keras.Model):
+class GPT2LM(GenerationMixin, FunctionalModel):
     """A GPT-2 decoder LM: `token_ids (B, T)` -> float32 next-token logits `(B, T, V)`.
 
     Token embedding plus learned positions, dropout, `num_layers` pre-norm

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.generation.generator import Generator
 from keras_tfam.generation.protocol import DecodeStep, DecodingModel
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
@@ -17,7 +18,7 @@ from keras_tfam.utils import base_model_config, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class Transformer(DecodingModel, keras.Model):
+class Transformer(DecodingModel, FunctionalModel):
     """Encoder-decoder Transformer: `{"source": (B, S), "target": (B, T)}` -> logits `(B, T, V)`.
 
     As in "Attention Is All You Need": token embeddings scaled by

@@ -324,7 +324,10 @@ class TransformerXLLM(GenerationMixin, keras.Model):
         # A partial batch (the last of an epoch) continues the streams of its rows, the first
         # `rows`; the other rows' memory is kept as it is.
         rows = ops.shape(token_ids)[0]
-        memory = tuple({name: v.value[:rows] for name, v in variables.items()} for variables in self.memory_variables)
+        # Copies: the variables are assigned below, in place on PyTorch, while the backward pass needs what was read.
+        memory = tuple(
+            {name: ops.copy(v.value[:rows]) for name, v in variables.items()} for variables in self.memory_variables
+        )
         hidden, memory = self._hidden_states(token_ids, memory, training)
         for variables, state in zip(self.memory_variables, memory):
             for name, value in state.items():
