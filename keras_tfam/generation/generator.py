@@ -182,10 +182,6 @@ class Generator:
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         vocabulary = output_vocabulary_size(model)
         pad_token_id = check_token_id("pad_token_id", pad_token_id, vocabulary)
-        if search.beam_size > vocabulary:
-            raise ValueError(
-                f"`beam_size` can be at most the vocabulary size ({vocabulary}). Received: beam_size={search.beam_size}"
-            )
         if stop_token_ids is None or is_integer(stop_token_ids):  # one id, or none
             stop_token_ids = [] if stop_token_ids is None else [stop_token_ids]
         if not isinstance(stop_token_ids, (list, tuple, np.ndarray)):
@@ -197,6 +193,11 @@ class Generator:
             np.int32,
         )
         padded, lengths = as_padded_prompts(token_ids, pad_token_id)
+        if len(lengths) * search.beam_size >= 2**31:
+            raise ValueError(
+                f"`beam_size` times the number of prompts ({len(lengths)}) must be below 2**31 (the rows are int32 "
+                f"indices). Received: beam_size={search.beam_size}"
+            )
         if padded.shape[1] + length_bucket(max_new_tokens) >= 2**31:
             raise ValueError(
                 f"`max_new_tokens` plus the prompt length ({padded.shape[1]}) must fit the int32 positions "
