@@ -1,5 +1,7 @@
 """Small helpers shared by the layers and models: argument checks, model configs."""
 
+import math
+
 import keras
 import numpy as np
 
@@ -37,9 +39,13 @@ def check_real(name, value, allowed, condition):
     number = isinstance(value, (int, float, np.integer, np.floating)) or (
         isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.number)
     )
-    if not number or isinstance(value, (bool, np.bool_)) or not np.isfinite(value) or not condition(float(value)):
+    try:
+        real = float(value) if number and not isinstance(value, (bool, np.bool_)) else None
+    except OverflowError:  # an int beyond float range
+        real = None
+    if real is None or not math.isfinite(real) or not condition(real):
         raise ValueError(f"`{name}` must be a finite number {allowed}. Received: {name}={value!r}")
-    return float(value)
+    return real
 
 
 def head_size(label, width, num_heads):

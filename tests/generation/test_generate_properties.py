@@ -5,7 +5,7 @@ prompts with ids outside the vocabulary, at every argument of
 `GPT2LM.generate`. An accepted value must produce what the docstring promises
 (one row per prompt, `T + max_new_tokens` ids in `[0, V)`); a refused one a
 `ValueError` of one line naming the argument and what was received. Bounded:
-20 examples per property on a one-layer model whose compiled loops are cached.
+15 examples per property on a one-layer model whose compiled loops are cached.
 """
 
 import keras
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from keras_tfam.models import GPT2LM
 
 PROPERTY = settings(
-    max_examples=20, deadline=None, database=None,
+    max_examples=15, deadline=None, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 VOCABULARY = 23
@@ -94,6 +94,7 @@ def call_generate(model, name, value):
 @example(name="pad_token_id", value=-1)
 @example(name="window", value=0)
 @example(name="beam_size", value=np.int32(2))
+@example(name="length_penalty", value=10**30)
 def test_generate_arguments(model, name, value):
     if name == "max_new_tokens" and isinstance(value, (int, np.integer)) and MAX_HONOURED < value < 2**31 - 12:
         return  # honoured, and as large as asked: not what a unit test should allocate
