@@ -225,8 +225,12 @@ class Generator:
         return ops.convert_to_numpy(tokens)[:, : padded.shape[1] + max_new_tokens]
 
     def _function(self, search, plan, width, pad_token_id, jit_compile, names):
-        """The compiled loop over a buffer of `width` new positions (kept: the last `MAX_COMPILED_LOOPS` used)."""
-        key = (search.cache_key(), plan, width, pad_token_id, jit_compile, names)
+        """The compiled loop over a buffer of `width` new positions (kept: the last `MAX_COMPILED_LOOPS` used).
+
+        Keyed by the model's variables too: a loop traced before `quantize`
+        or `enable_lora` changed them would compute with the old weights.
+        """
+        key = (search.cache_key(), plan, width, pad_token_id, jit_compile, names, weights_form(self.model))
         if key in self._functions:
             self._functions.move_to_end(key)
         else:
@@ -242,6 +246,14 @@ class Generator:
             while len(self._functions) > MAX_COMPILED_LOOPS:
                 self._functions.popitem(last=False)
         return self._functions[key][1]
+
+
+def weights_form(model):
+    """The identity of the model's variables: changes when quantizing or LoRA replaces or adds some.
+
+    (A cached loop holds its variables, so their ids are not reused while it is kept.)
+    """
+    return tuple(id(variable) for variable in getattr(model, "variables", ()))
 
 
 def check_token_id(name, value, vocabulary_size):
