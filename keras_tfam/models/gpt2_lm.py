@@ -3,7 +3,6 @@
 import math
 
 import keras
-import numpy as np
 
 from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.generation.generator import GenerationMixin
@@ -19,7 +18,7 @@ from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.registry import ATTENTION_POSITIONS, make_attention_position
 from keras_tfam.models.checkpoint_loaders import checkpoint_loader
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
-from keras_tfam.utils import base_model_config, check_positive_int, head_size
+from keras_tfam.utils import base_model_config, check_positive_int, check_real, head_size
 
 # Learned positions are added to the embeddings; "none" has no positions
 # (causal attention alone tells them apart); the rest act inside attention.
@@ -157,12 +156,8 @@ class GPT2LM(GenerationMixin, FunctionalModel):
             num_key_value_heads = check_positive_int("num_key_value_heads", num_key_value_heads)
         if local_window is not None:
             local_window = check_positive_int("local_window", local_window)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.number)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be a number in [0, 1). Received: dropout={dropout!r}")
-        if (isinstance(norm_epsilon, bool) or not isinstance(norm_epsilon, (int, float, np.number))
-                or not 0.0 < norm_epsilon < float("inf")):
-            raise ValueError(f"`norm_epsilon` must be a positive finite number. Received: norm_epsilon={norm_epsilon!r}")
-        dropout, norm_epsilon = float(dropout), float(norm_epsilon)
+        dropout = check_real("dropout", dropout, "in [0, 1)", lambda rate: 0.0 <= rate < 1.0)
+        norm_epsilon = check_real("norm_epsilon", norm_epsilon, "> 0", lambda epsilon: epsilon > 0.0)
         head_dim = head_size("hidden_dim", hidden_dim, num_heads)
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")

@@ -9,7 +9,7 @@ from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
 from keras_tfam.layers.attention.patterns.registry import get_pattern
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme, check_no_score_bias
 from keras_tfam.ops import masks as mask_ops
-from keras_tfam.utils import check_positive_int, check_window
+from keras_tfam.utils import check_positive_int, check_real, check_window
 
 
 class BaseAttention(keras.layers.Layer):
@@ -99,8 +99,7 @@ class BaseAttention(keras.layers.Layer):
             )
         if output_dim is not None:
             output_dim = _positive_int("output_dim", output_dim)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be a number in [0, 1). Received: dropout={dropout!r}")
+        dropout = check_real("dropout", dropout, "in [0, 1)", lambda rate: 0.0 <= rate < 1.0)
         kind = type(self).__name__
         if position is not None and not isinstance(position, AttentionPositionScheme):
             raise ValueError(
