@@ -6,6 +6,33 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+# The backend-neutral library, run on JAX as well by scripts/test.sh (`-m every_backend`): every layer
+# through the shared harness, the ops, generation, the attention contract, GPT-2 (cached == uncached, a
+# GPT-2 of every attention kind decoding the argmax of its full pass) and Hugging Face parity. The
+# layers' NumPy references run on TensorFlow; the math they check is keras.ops, the same everywhere.
+EVERY_BACKEND_FILES = (
+    "tests/ops/",
+    "tests/generation/",
+    "tests/layers/attention/test_attention_contract.py",
+    "tests/models/test_gpt2_lm.py",
+    "tests/convert/test_huggingface_gpt2.py",
+    "tests/test_backend_neutral.py",
+)
+
+
+def runs_on_every_backend(item):
+    return (
+        item.nodeid.startswith(EVERY_BACKEND_FILES)
+        or (item.cls is not None and item.cls.__name__.endswith("Harness"))
+        or (item.nodeid.startswith("tests/models/test_decoding_models.py") and "greedy" in item.name and "[gpt2_" in item.name)
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if runs_on_every_backend(item):
+            item.add_marker("every_backend")
+
 
 @pytest.fixture(autouse=True)
 def _seed_and_policy():

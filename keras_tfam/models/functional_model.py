@@ -2,8 +2,10 @@
 
 import keras
 
+from keras_tfam.models.base_model import Model
 
-class FunctionalModel(keras.Model):
+
+class FunctionalModel(Model):
     """A functional `keras.Model` whose constructor makes its layers before the graph.
 
     On PyTorch every Keras layer is a `torch.nn.Module`, and a module refuses

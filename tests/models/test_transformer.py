@@ -99,8 +99,8 @@ def reverser():
     model = Transformer(
         vocabulary_size=REVERSE_VOCABULARY, num_layers=2, num_heads=4, hidden_dim=64, intermediate_dim=128
     )
-    steps = 1000
-    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps, warmup_target=2e-3, warmup_steps=100)
+    steps = 400
+    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps, warmup_target=3e-3, warmup_steps=40)
     model.compile(keras.optimizers.Adam(schedule), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     source, target = reversal_batch(data, 64 * steps)
     model.fit({"source": source, "target": target[:, :-1]}, target[:, 1:], sample_weight=(target[:, 1:] != PAD).astype("float32"),
