@@ -2,10 +2,10 @@
 
 import keras
 
-from keras_tfam.models.base_model import Model
+from keras_tfam.models.fit_traces_once import FitTracesOnce
 
 
-class FunctionalModel(Model):
+class FunctionalModel(FitTracesOnce, keras.Model):
     """A functional `keras.Model` whose constructor makes its layers before the graph.
 
     On PyTorch every Keras layer is a `torch.nn.Module`, and a module refuses

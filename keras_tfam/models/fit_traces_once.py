@@ -1,12 +1,10 @@
-"""The library's `keras.Model` base: its first `fit` traces the train step once."""
+"""A mixin of the library's models: their first `fit` traces the train step once."""
 
 import contextlib
 
-import keras
 
-
-class Model(keras.Model):
-    """A `keras.Model` that builds its optimizer before the first `fit`.
+class FitTracesOnce:
+    """Mixed into a `keras.Model`: builds the optimizer before the first `fit`.
 
     Without a distribution strategy, Keras' TensorFlow trainer leaves the
     optimizer unbuilt until the train step is traced, so the first trace
@@ -15,6 +13,10 @@ class Model(keras.Model):
     optimizer over `trainable_variables` beforehand, in the model's
     distribution scope, is what Keras does itself under a strategy and what
     the traced step would do: the variables and the training are the same.
+
+    A mixin, not a `keras.Model` subclass: Keras turns a `Model` base into
+    `Functional` in place when a functional subclass is constructed, which
+    would make every subclassed model sharing that base functional too.
     """
 
     def fit(self, *args, **kwargs):
