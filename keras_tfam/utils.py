@@ -58,12 +58,14 @@ def head_size(label, width, num_heads):
 
 
 def base_model_config(model):
-    """The `keras.Model` part of a functional-subclass model's config."""
-    return {
-        "name": model.name,
-        "trainable": model.trainable,
-        "dtype": keras.dtype_policies.serialize(model.dtype_policy),
-    }
+    """The `keras.Model` part of a functional-subclass model's config.
+
+    Its `dtype` records the quantized layers of a quantized model (see
+    `keras_tfam.models.quantization.QuantizedConfigMixin`).
+    """
+    dtype = getattr(model, "dtype_policy_config", None)
+    dtype = dtype() if dtype is not None else keras.dtype_policies.serialize(model.dtype_policy)
+    return {"name": model.name, "trainable": model.trainable, "dtype": dtype}
 
 
 def static_dim(dim):

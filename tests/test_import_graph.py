@@ -81,11 +81,18 @@ def test_no_reach_into_another_objects_private_members():
     # `other._name` for any `other` but `self` / `cls` / `super()` (dunder names and modules' privates aside).
     reach = re.compile(r"\b(?!self\b|cls\b)([a-z_][a-z0-9_]*)\._(?!_)[a-z]")
     allowed = {"keras", "ops", "np", "tf", "jax", "torch", "math", "os", "random", "sys"}
+    # Each exception names the line and why no public route exists.
+    exceptions = {
+        # A loaded quantized model's layers hold a DTypePolicyMap that Keras' `save_own_variables` misreads;
+        # the public `dtype_policy` setter writes into the map instead of replacing it.
+        "keras_tfam/models/quantization.py: layer._dtype_policy = policy[layer.path]",
+    }
     found = []
     for path in PACKAGE.rglob("*.py"):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#")[0]
             for match in reach.finditer(code):
                 if match.group(1) not in allowed and not code.lstrip().startswith(("from ", "import ")):
-                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+                    if f"{path.relative_to(ROOT)}: {code.strip()}" not in exceptions:
+                        found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert found == []

@@ -3,9 +3,11 @@
 import keras
 
 from keras_tfam.models.fit_traces_once import FitTracesOnce
+from keras_tfam.models.lora import LoraMixin
+from keras_tfam.models.quantization import QuantizedConfigMixin
 
 
-class FunctionalModel(FitTracesOnce, keras.Model):
+class FunctionalModel(QuantizedConfigMixin, LoraMixin, FitTracesOnce, keras.Model):
     """A functional `keras.Model` whose constructor makes its layers before the graph.
 
     On PyTorch every Keras layer is a `torch.nn.Module`, and a module refuses
@@ -18,6 +20,7 @@ class FunctionalModel(FitTracesOnce, keras.Model):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._functional_model_ready = True
+        self.resolve_dtype_policy_maps()
 
     def __setattr__(self, name, value):
         if keras.config.backend() == "torch" and (
@@ -26,3 +29,4 @@ class FunctionalModel(FitTracesOnce, keras.Model):
             object.__setattr__(self, name, value)
             return
         super().__setattr__(name, value)
+

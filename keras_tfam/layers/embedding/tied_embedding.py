@@ -8,12 +8,16 @@ from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class TiedEmbedding(keras.layers.Layer):
+class TiedEmbedding(keras.layers.ReversibleEmbedding):
     """Embeds token ids, and projects hidden states back onto the vocabulary.
 
     Weight tying (Press & Wolf 2017, as in GPT-2): one `(V, D)` matrix `E`
     maps ids to vectors, and `logits = h @ E^T` maps hidden states to
     vocabulary scores, so the output head adds no variable.
+
+    Keras' `ReversibleEmbedding` with the weights tied, float32 logits and
+    checked ids: `quantize("int8" | "int4")` quantizes the one matrix for
+    both directions, and `enable_lora(rank)` adapts both, as Keras does.
 
     Args:
         vocabulary_size: number of token ids `V`.
@@ -21,6 +25,8 @@ class TiedEmbedding(keras.layers.Layer):
         embeddings_initializer: initializer of `E`.
         logits_dtype: dtype of the logits; float32 by default so that losses
             and sampling stay in float32 under mixed precision.
+        **kwargs: other arguments of `keras.layers.Embedding` (`name`,
+            `dtype`, `lora_rank`, ...).
 
     Call arguments:
         inputs: int token ids `(B, T)` in `[0, V)` (checked when the call runs
@@ -46,30 +52,37 @@ class TiedEmbedding(keras.layers.Layer):
         logits_dtype="float32",
         **kwargs,
     ):
-        super().__init__(**kwargs)
         for name, value in (("vocabulary_size", vocabulary_size), ("output_dim", output_dim)):
             check_positive_int(name, value)
-        self.vocabulary_size = vocabulary_size
-        self.output_dim = output_dim
-        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        self.logits_dtype = logits_dtype
-
-    def build(self, inputs_shape=None):
-        self.embeddings = self.add_weight(
-            name="embeddings",
-            shape=(self.vocabulary_size, self.output_dim),
-            initializer=self.embeddings_initializer,
+        super().__init__(
+            vocabulary_size, output_dim, tie_weights=True, embeddings_initializer=embeddings_initializer, **kwargs
         )
-        self.built = True
+        self.vocabulary_size = vocabulary_size
+        self.logits_dtype = logits_dtype
 
     def call(self, inputs, reverse=False):
         if reverse:
-            kernel = ops.cast(self.embeddings, self.compute_dtype)
-            logits = ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(kernel))
+            return ops.cast(super().call(ops.cast(inputs, self.compute_dtype), reverse=True), self.logits_dtype)
+        self._check_ids(inputs)
+        return super().call(ops.cast(inputs, "int32"))
+
+    def quantized_call(self, inputs, reverse=False):
+        if reverse:
+            logits = super().quantized_call(ops.cast(inputs, self.compute_dtype), reverse=True)
             return ops.cast(logits, self.logits_dtype)
         self._check_ids(inputs)
-        ids = ops.cast(inputs, "int32")
-        return ops.cast(ops.take(self.embeddings, ids, axis=0), self.compute_dtype)
+        return super().quantized_call(ops.cast(inputs, "int32"))
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras refuses subclasses unless they opt in: `quantized_call` above keeps our call's contract.
+        super().quantize(mode, type_check=False, config=config)
+
+    def _int4_build(self, embeddings_shape, config=None):
+        super()._int4_build(embeddings_shape, config)
+        # int4 is weight-only unless the config quantizes inputs, as for Keras' Dense and for
+        # `Model.quantize("int4")`; ReversibleEmbedding would quantize the reverse projection's inputs
+        # when rebuilt without a config (a model loaded from its file), and so decode differently.
+        self.inputs_quantizer = keras.quantizers.QuantizationConfig.activation_quantizer_or_default(config, None)
 
     def _check_ids(self, inputs):
         """A `ValueError` for ids outside `[0, V)`, when their values are known (eager calls)."""
@@ -93,10 +106,7 @@ class TiedEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            vocabulary_size=self.vocabulary_size,
-            output_dim=self.output_dim,
-            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
-            logits_dtype=self.logits_dtype,
-        )
+        for name in ("input_dim", "tie_weights", "reverse_dtype", "logit_soft_cap"):
+            config.pop(name, None)
+        config.update(vocabulary_size=self.vocabulary_size, logits_dtype=self.logits_dtype)
         return config

@@ -1,0 +1,58 @@
+"""Low-rank adaptation of a model's projections (Hu et al. 2021), through Keras' own LoRA layers."""
+
+from keras_tfam.utils import check_positive_int
+
+DEFAULT_TARGETS = ("query", "value")
+
+
+class LoraMixin:
+    """Mixed into the library's models: `enable_lora(rank, target)`.
+
+    LoRA (Hu et al. 2021) freezes a pretrained weight `W` and learns
+    `W + (alpha / rank) B A` with `A` of shape `(d_in, rank)` and `B` of shape
+    `(rank, d_out)`, `B` starting at zero so the model starts where it was.
+    Keras' `Dense`, `EinsumDense` and `Embedding` carry the two factors
+    (`enable_lora`); this picks the layers by name, as keras-hub's
+    `Backbone.enable_lora` does, and freezes every other weight. Saving
+    (`.keras`, SavedModel) writes `W + (alpha / rank) B A`: the merged weight.
+    """
+
+    def enable_lora(self, rank, target=DEFAULT_TARGETS, alpha=None):
+        """Adds rank-`rank` LoRA factors to the layers named in `target`; only they train.
+
+        Args:
+            rank: rank of the update, a positive int.
+            target: names of the layers to adapt: the attention projections
+                `"query"`, `"key"`, `"value"`, `"attention_output"`, the
+                feed-forward `"intermediate"` and `"output"`, the tied
+                `"token_embedding"` (embedding and head); `("query", "value")`
+                by default, as in the paper.
+            alpha: scale numerator of the update (`alpha / rank`); `rank` by
+                default (a scale of 1).
+
+        Returns:
+            The names of the adapted layers' paths.
+        """
+        check_positive_int("rank", rank)
+        target = (target,) if isinstance(target, str) else tuple(target)
+        layers = [
+            layer for layer in self._flatten_layers(include_self=False) if layer.name in target and hasattr(layer, "enable_lora")
+        ]
+        found = {layer.name for layer in layers}
+        if not target or found != set(target):
+            missing = sorted(set(target) - found) or list(target)
+            raise ValueError(
+                f"`target` must name layers with a LoRA form in this model (e.g. {DEFAULT_TARGETS}). "
+                f"Received: target={target!r}, no such layer: {missing}"
+            )
+        for layer in self._flatten_layers(include_self=False):
+            layer.trainable = False
+        adapted = []
+        for layer in layers:
+            layer.trainable = True
+            layer.enable_lora(rank, lora_alpha=alpha)
+            for variable in layer.weights:  # Keras freezes the kernel; the paper freezes the bias too
+                if not variable.path.split("/")[-1].startswith("lora_"):
+                    variable.trainable = False
+            adapted.append(layer.path)
+        return adapted

@@ -1,0 +1,44 @@
+"""The config of a quantized model: which of its layers are quantized, and how."""
+
+import keras
+
+
+class QuantizedConfigMixin:
+    """Mixed into the library's models: a `dtype` config that records quantized layers.
+
+    A quantized model's `dtype` is a `DTypePolicyMap` from each quantized
+    layer's path to its policy (as keras-hub's backbones save it): the
+    model, rebuilt from its config, hands the map to every layer, and each
+    layer built at that path is built quantized, ready for its weights.
+    """
+
+    def dtype_policy_config(self):
+        """The serialized `dtype` of the model's config."""
+        default = self.dtype_policy
+        if isinstance(default, keras.dtype_policies.DTypePolicyMap):
+            default = default.default_policy
+        policy = default
+        for layer in self._flatten_layers(include_self=False):
+            if layer.quantization_mode is not None:
+                if policy is default:
+                    policy = keras.dtype_policies.DTypePolicyMap(default_policy=default)
+                layer_policy = layer.dtype_policy
+                if isinstance(layer_policy, keras.dtype_policies.DTypePolicyMap):
+                    layer_policy = layer_policy[layer.path]
+                policy[layer.path] = layer_policy
+        return keras.dtype_policies.serialize(policy)
+
+    def resolve_dtype_policy_maps(self):
+        """Gives each built layer its own policy out of a `DTypePolicyMap`.
+
+        Every layer of a model rebuilt from a quantized config holds the whole
+        map and looks its policy up at its path, which Keras' layers do in
+        most places but not all: `Dense` and `Embedding.save_own_variables`
+        read the map's own mode (`None`) and would save no scale, so a loaded
+        quantized model could not be saved again. Once the layers are built
+        at their paths, each keeps the one policy it was built with.
+        """
+        for layer in self._flatten_layers(include_self=False):
+            policy = layer.dtype_policy
+            if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.built and layer.path:
+                layer._dtype_policy = policy[layer.path]  # the public setter would write into the map
