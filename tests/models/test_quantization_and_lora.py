@@ -16,10 +16,14 @@ def tiny():
     return GPT2LM(**TINY)
 
 
+def numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
 def greedy_by_full_passes(model, prompt, steps):
     tokens = list(prompt)
     for _ in range(steps):
-        tokens.append(int(np.argmax(np.asarray(model(np.array([tokens], "int32")))[0, -1])))
+        tokens.append(int(np.argmax(numpy(model(np.array([tokens], "int32")))[0, -1])))
     return tokens
 
 
@@ -34,12 +38,12 @@ def test_int8_tied_embedding_follows_the_absmax_formula_both_ways():
     scale = 127.0 / np.abs(embeddings).max(axis=1)
     q = np.clip(np.round(embeddings * scale[:, None]), -127, 127)
     ids = rng.integers(0, 23, size=(2, 5))
-    np.testing.assert_allclose(np.asarray(layer(ids)), q[ids] / scale[ids][..., None], rtol=1e-5)
+    np.testing.assert_allclose(numpy(layer(ids)), q[ids] / scale[ids][..., None], rtol=1e-5)
     hidden = rng.normal(size=(2, 3, 16)).astype("float32")
     hidden_scale = 127.0 / np.abs(hidden).max(axis=-1, keepdims=True)
     hidden_q = np.clip(np.round(hidden * hidden_scale), -127, 127)
     expected = (hidden_q @ q.T) / (hidden_scale * scale)
-    logits = np.asarray(layer(hidden, reverse=True))
+    logits = numpy(layer(hidden, reverse=True))
     assert logits.dtype == np.float32
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="Received: token id 23"):
@@ -50,14 +54,14 @@ def test_int8_tied_embedding_follows_the_absmax_formula_both_ways():
 def test_a_quantized_model_generates_saves_and_loads_with_its_quantized_weights(mode, tmp_path):
     model = tiny()
     tokens = rng.integers(0, 61, size=(2, 12)).astype("int32")
-    float_logits = np.asarray(model(tokens))
+    float_logits = numpy(model(tokens))
     float_bytes = sum(v.numpy().nbytes for v in model.weights)
     model.generate([[1, 2, 3]], 4)  # a compiled loop over the float weights, which quantize must replace
     model.quantize(mode)
     assert model.token_embedding.quantization_mode == mode
     assert np.asarray(model.token_embedding.embeddings).dtype == np.int8  # int4: two values a byte
     assert sum(v.numpy().nbytes for v in model.weights) < 0.4 * float_bytes
-    logits = np.asarray(model(tokens))
+    logits = numpy(model(tokens))
     assert 0 < np.abs(logits - float_logits).max() < (0.05 if mode == "int8" else 0.5)
     prompts = [[5, 8, 11], [40, 43, 46, 49, 52]]
     generated = model.generate(prompts, max_new_tokens=6)
@@ -69,40 +73,40 @@ def test_a_quantized_model_generates_saves_and_loads_with_its_quantized_weights(
         model.save(path)
         model = keras.saving.load_model(path)
         assert model.token_embedding.quantization_mode == mode
-        np.testing.assert_array_equal(np.asarray(model(tokens)), logits)
+        np.testing.assert_array_equal(numpy(model(tokens)), logits)
     np.testing.assert_array_equal(model.generate(prompts, max_new_tokens=6), generated)
 
 
 def test_lora_trains_only_its_factors_and_saves_merged(tmp_path):
     model = tiny()
     tokens = rng.integers(0, 61, size=(16, 12)).astype("int32")
-    before = np.asarray(model(tokens))
+    before = numpy(model(tokens))
     frozen = {v.path: v.numpy() for v in model.weights}
     adapted = model.enable_lora(2)
     assert sorted(adapted) == [f"transformer_block_{i}/softmax_attention_{i}/{name}" for i in range(2) for name in ("query", "value")]
     assert sorted(v.path for v in model.trainable_weights) == sorted(
         f"{path}/lora_kernel_{ab}" for path in adapted for ab in "ab"
     )
-    np.testing.assert_array_equal(np.asarray(model(tokens)), before)  # B starts at zero
+    np.testing.assert_array_equal(numpy(model(tokens)), before)  # B starts at zero
 
     model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(tokens[:, :-1], tokens[:, 1:], batch_size=8, epochs=3, verbose=0)
     for v in model.weights:
         if v.path in frozen:
             np.testing.assert_array_equal(v.numpy(), frozen[v.path])
-    tuned = np.asarray(model(tokens))
+    tuned = numpy(model(tokens))
     assert np.abs(tuned - before).max() > 1e-3
     # W + (alpha / rank) A B, from the factors, is what the layer computes.
     query = model.transformer_blocks[0].self_attention_layer.query_dense
     merged = frozen[f"{query.path}/kernel"] + (query.lora_kernel_a.numpy() @ query.lora_kernel_b.numpy())
-    np.testing.assert_allclose(np.asarray(query.kernel), merged, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(numpy(query.kernel), merged, rtol=1e-6, atol=1e-7)
 
     prompt = [5, 8, 11]
     assert list(model.generate([prompt], max_new_tokens=5)[0]) == greedy_by_full_passes(model, prompt, 5)
     model.save(tmp_path / "tuned.keras")
     loaded = keras.saving.load_model(tmp_path / "tuned.keras")
     assert not any("lora" in v.path for v in loaded.weights)
-    np.testing.assert_allclose(np.asarray(loaded(tokens)), tuned, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(numpy(loaded(tokens)), tuned, rtol=1e-5, atol=1e-5)
 
 
 def test_lora_refuses_a_bad_rank_or_target():
