@@ -63,9 +63,7 @@ def base_model_config(model):
     Its `dtype` records the quantized layers of a quantized model (see
     `keras_tfam.models.quantization.QuantizedConfigMixin`).
     """
-    dtype = getattr(model, "dtype_policy_config", None)
-    dtype = dtype() if dtype is not None else keras.dtype_policies.serialize(model.dtype_policy)
-    return {"name": model.name, "trainable": model.trainable, "dtype": dtype}
+    return {"name": model.name, "trainable": model.trainable, "dtype": model.dtype_policy_config()}
 
 
 def static_dim(dim):

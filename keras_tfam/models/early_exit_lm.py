@@ -7,9 +7,8 @@ from keras import ops
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
-from keras_tfam.models.fit_traces_once import FitTracesOnce
 from keras_tfam.models.gpt2_lm import GPT2LM
-from keras_tfam.models.quantization import QuantizedConfigMixin
+from keras_tfam.models.model_mixin import ModelMixin
 from keras_tfam.utils import base_model_config, check_positive_int
 
 CONFIDENCES = ("softmax_response", "classifier")
@@ -21,7 +20,7 @@ def _check_threshold(threshold):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class EarlyExitLM(GenerationMixin, DecodingWrapper, QuantizedConfigMixin, FitTracesOnce, keras.Model):
+class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
     """A GPT-2 decoder whose generated tokens leave the stack once confident (CALM).
 
     Schuster et al. 2022. The `backbone` GPT-2's final norm and tied output

@@ -2,12 +2,10 @@
 
 import keras
 
-from keras_tfam.models.fit_traces_once import FitTracesOnce
-from keras_tfam.models.lora import LoraMixin
-from keras_tfam.models.quantization import QuantizedConfigMixin
+from keras_tfam.models.model_mixin import ModelMixin
 
 
-class FunctionalModel(QuantizedConfigMixin, LoraMixin, FitTracesOnce, keras.Model):
+class FunctionalModel(ModelMixin, keras.Model):
     """A functional `keras.Model` whose constructor makes its layers before the graph.
 
     On PyTorch every Keras layer is a `torch.nn.Module`, and a module refuses
@@ -29,4 +27,3 @@ class FunctionalModel(QuantizedConfigMixin, LoraMixin, FitTracesOnce, keras.Mode
             object.__setattr__(self, name, value)
             return
         super().__setattr__(name, value)
-

@@ -8,14 +8,13 @@ from keras import ops
 
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper, check_protocol
-from keras_tfam.models.fit_traces_once import FitTracesOnce
-from keras_tfam.models.quantization import QuantizedConfigMixin
+from keras_tfam.models.model_mixin import ModelMixin
 from keras_tfam.retrieval.datastore import Datastore, logits_and_hidden_states
 from keras_tfam.utils import base_model_config
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class KNNLM(GenerationMixin, DecodingWrapper, QuantizedConfigMixin, FitTracesOnce, keras.Model):
+class KNNLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
     """An LM's next-token distribution interpolated with a datastore's (kNN-LM).
 
     Khandelwal et al. 2020: `p(y | x) = lambda p_kNN(y | x) + (1 - lambda)

@@ -17,15 +17,17 @@ class QuantizedConfigMixin:
         default = self.dtype_policy
         if isinstance(default, keras.dtype_policies.DTypePolicyMap):
             default = default.default_policy
-        policy = default
-        for layer in self._flatten_layers(include_self=False):
-            if layer.quantization_mode is not None:
-                if policy is default:
-                    policy = keras.dtype_policies.DTypePolicyMap(default_policy=default)
-                layer_policy = layer.dtype_policy
-                if isinstance(layer_policy, keras.dtype_policies.DTypePolicyMap):
-                    layer_policy = layer_policy[layer.path]
-                policy[layer.path] = layer_policy
+        quantized = {
+            layer.path: layer.dtype_policy for layer in self._flatten_layers(include_self=False) if layer.quantization_mode
+        }
+        if not quantized:
+            return keras.dtype_policies.serialize(default)
+        policy = keras.dtype_policies.DTypePolicyMap(default_policy=default)
+        for path, layer_policy in quantized.items():
+            # A layer of a loaded model that is not built yet still holds the whole map.
+            if isinstance(layer_policy, keras.dtype_policies.DTypePolicyMap):
+                layer_policy = layer_policy[path]
+            policy[path] = layer_policy
         return keras.dtype_policies.serialize(policy)
 
     def resolve_dtype_policy_maps(self):

@@ -15,15 +15,13 @@ from keras_tfam.layers.normalization.get_norm import NORMS, check_norm, get_norm
 from keras_tfam.layers.position.adaptive_span import AdaptiveSpan
 from keras_tfam.layers.position.composed_position import ComposedPosition
 from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition
-from keras_tfam.models.fit_traces_once import FitTracesOnce
-from keras_tfam.models.lora import LoraMixin
-from keras_tfam.models.quantization import QuantizedConfigMixin
+from keras_tfam.models.model_mixin import ModelMixin
 from keras_tfam.models.transformer_xl_presets import TRANSFORMER_XL_PRESETS
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class TransformerXLLM(GenerationMixin, LoraMixin, QuantizedConfigMixin, FitTracesOnce, keras.Model):
+class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
     """A decoder LM that reads text segment by segment, each layer attending to a memory of the last.
 
     Transformer-XL (Dai et al. 2019): token embeddings (no absolute
