@@ -16,6 +16,7 @@ EVERY_BACKEND_FILES = (
     "tests/layers/attention/test_attention_contract.py",
     "tests/models/test_gpt2_lm.py",
     "tests/convert/test_huggingface_gpt2.py",
+    "tests/convert/test_huggingface_llama.py",
     "tests/test_backend_neutral.py",
 )
 

@@ -1,19 +1,32 @@
-"""Hugging Face checkpoints by `model_type`: what `GPT2LM.from_huggingface` loads."""
+"""Hugging Face checkpoints by `model_type`: what `keras_tfam.models.from_huggingface` and
+`DecoderLM.from_huggingface` load."""
 
 from keras_tfam.convert.huggingface_gpt2 import load_huggingface_gpt2, read_config
 from keras_tfam.convert.huggingface_gpt_neo import load_huggingface_gpt_neo
+from keras_tfam.convert.huggingface_llama import MODEL_TYPES, load_huggingface_llama
 from keras_tfam.models.checkpoint_loaders import register_checkpoint_loader
+from keras_tfam.models.gpt2_lm import GPT2LM
 
-LOADERS = {"gpt2": load_huggingface_gpt2, "gpt_neo": load_huggingface_gpt_neo}
+LOADERS = {
+    "gpt2": load_huggingface_gpt2,
+    "gpt_neo": load_huggingface_gpt_neo,
+    **{model_type: load_huggingface_llama for model_type in MODEL_TYPES},
+}
 
 
 @register_checkpoint_loader("huggingface")
-def load_huggingface(directory, cls, **overrides):
-    """`cls` built from the Hugging Face directory's `config.json` (its `model_type`) with its weights."""
+def load_huggingface(directory, cls=None, **overrides):
+    """The model of the Hugging Face directory's `config.json` (its `model_type`) with its weights.
+
+    `cls` is the class to build; `None` picks the family's: `GPT2LM` for
+    GPT-2 and GPT-Neo, `DecoderLM` for the Llama family.
+    """
     model_type = read_config(directory, None).get("model_type", "gpt2")
     if model_type not in LOADERS:
         raise ValueError(
             f"Unsupported Hugging Face checkpoint: supported model types are {tuple(LOADERS)}. "
             f"Received: model_type={model_type!r}"
         )
+    if cls is None and model_type in ("gpt2", "gpt_neo"):
+        cls = GPT2LM
     return LOADERS[model_type](directory, cls, **overrides)

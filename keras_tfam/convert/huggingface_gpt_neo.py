@@ -23,7 +23,7 @@ from keras_tfam.convert.huggingface_gpt2 import (
     read_config,
     read_tensors,
 )
-from keras_tfam.models.gpt2_lm import LOCAL_LAYERS, local_layer_indices
+from keras_tfam.models.decoder_lm import LOCAL_LAYERS, local_layer_indices
 
 _KINDS = ("global", "local")
 

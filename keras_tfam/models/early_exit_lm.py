@@ -7,6 +7,7 @@ from keras import ops
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
+from keras_tfam.models.decoder_lm import DecoderLM
 from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.model_mixin import ModelMixin
 from keras_tfam.utils import base_model_config, check_positive_int
@@ -60,7 +61,7 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
     such as `KNNLM`. It is a `DecodingWrapper` of its backbone.
 
     Args:
-        backbone: a `GPT2LM` whose attention decodes with key/value caches
+        backbone: a `DecoderLM` (`GPT2LM`, an imported Llama, ...) whose attention decodes with key/value caches
             (every kind but the recurrent state of linear attention).
         confidence: `"softmax_response"` or `"classifier"`.
         threshold: exit when the confidence exceeds it, in `[0, 1]`.
@@ -84,11 +85,11 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
 
     def __init__(self, backbone, confidence="softmax_response", threshold=1.0, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(backbone, GPT2LM) or not all(
+        if not isinstance(backbone, DecoderLM) or not all(
             isinstance(block.self_attention_layer.cache_for(), KeyValueCache) for block in backbone.transformer_blocks
         ):
             raise ValueError(
-                "`backbone` must be a GPT2LM whose attention decodes with key/value caches (they are filled for "
+                "`backbone` must be a DecoderLM whose attention decodes with key/value caches (they are filled for "
                 f"the skipped layers; a recurrent state is not). Received: backbone={backbone!r}"
             )
         if confidence not in CONFIDENCES:

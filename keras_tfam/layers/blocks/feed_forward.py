@@ -5,8 +5,8 @@ from keras import ops
 
 from keras_tfam.utils import check_positive_int
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "geglu", "swiglu")
-_GATED = {"geglu": "gelu", "swiglu": "silu"}
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "geglu", "geglu_tanh", "swiglu")
+_GATED = {"geglu": "gelu", "geglu_tanh": "gelu_tanh", "swiglu": "silu"}
 
 
 def _activate(x, activation):
@@ -14,7 +14,7 @@ def _activate(x, activation):
         return ops.relu(x)
     if activation in ("gelu", "geglu"):
         return ops.gelu(x, approximate=False)
-    if activation == "gelu_tanh":
+    if activation in ("gelu_tanh", "geglu_tanh"):
         return ops.gelu(x, approximate=True)
     return ops.silu(x)
 
@@ -25,13 +25,14 @@ class FeedForward(keras.layers.Layer):
 
     The plain form is Vaswani et al. 2017 (`max(0, xW1 + b1) W2 + b2`) with
     ReLU, GELU (Hendrycks & Gimpel 2016) or its tanh approximation (GPT-2).
-    The gated forms are Shazeer 2020: GEGLU `(GELU(xW) * xV) W2` and SwiGLU
+    The gated forms are Shazeer 2020: GEGLU `(GELU(xW) * xV) W2` (with the
+    tanh approximation of GELU: `"geglu_tanh"`, Gemma) and SwiGLU
     `(Swish(xW) * xV) W2`.
 
     Args:
         intermediate_dim: width of the hidden layer.
         activation: one of `"relu"`, `"gelu"` (exact), `"gelu_tanh"`,
-            `"geglu"`, `"swiglu"`.
+            `"geglu"`, `"geglu_tanh"`, `"swiglu"`.
         output_dim: output width; defaults to the input's last axis.
         dropout: dropout rate on the hidden activations.
         use_bias: whether the dense layers have biases.

@@ -5,7 +5,7 @@ import keras
 from keras_tfam.layers.normalization.rms_norm import RMSNorm
 from keras_tfam.layers.normalization.scale_norm import ScaleNorm
 
-NORMS = ("layer", "rms", "scale")
+NORMS = ("layer", "rms", "gemma_rms", "scale")
 
 
 def check_norm(norm):
@@ -19,7 +19,8 @@ def get_norm(norm, epsilon, **kwargs):
 
     Args:
         norm: `"layer"` (Keras' `LayerNormalization`, Ba et al. 2016),
-            `"rms"` (`RMSNorm`) or `"scale"` (`ScaleNorm`).
+            `"rms"` (`RMSNorm`), `"gemma_rms"` (`RMSNorm` with Gemma's
+            `x * (1 + weight)` gain) or `"scale"` (`ScaleNorm`).
         epsilon: the layer's epsilon.
         **kwargs: passed to the layer (`name`, `dtype`).
     """
@@ -28,4 +29,6 @@ def get_norm(norm, epsilon, **kwargs):
         return keras.layers.LayerNormalization(epsilon=epsilon, **kwargs)
     if norm == "rms":
         return RMSNorm(epsilon=epsilon, **kwargs)
+    if norm == "gemma_rms":
+        return RMSNorm(epsilon=epsilon, scale_offset=1.0, **kwargs)
     return ScaleNorm(epsilon=epsilon, **kwargs)

@@ -12,9 +12,16 @@ class RMSNorm(keras.layers.Layer):
     over the last axis, with a learned gain `g` (initialised to ones). The
     statistic is computed in float32 whatever the input dtype.
 
+    With `scale_offset=1.0` the gain is stored as `g - 1` (Gemma's
+    `x * (1 + weight)`, weights initialised to zeros), so its checkpoints
+    load as they are.
+
     Args:
         epsilon: added to the mean square for numerical stability.
-        scale_initializer: initializer of the gain `g`.
+        scale_initializer: initializer of the stored gain; default ones, or
+            zeros with a `scale_offset` of 1.
+        scale_offset: added to the stored gain: `0.0` (the paper) or `1.0`
+            (Gemma).
 
     Call arguments:
         inputs: `(..., D)`.
@@ -28,12 +35,16 @@ class RMSNorm(keras.layers.Layer):
     (2, 5, 16)
     """
 
-    def __init__(self, epsilon=1e-6, scale_initializer="ones", **kwargs):
+    def __init__(self, epsilon=1e-6, scale_initializer=None, scale_offset=0.0, **kwargs):
         super().__init__(**kwargs)
         if epsilon < 0:
             raise ValueError(f"`epsilon` must be non-negative. Received: epsilon={epsilon}")
+        if scale_offset not in (0.0, 1.0):
+            raise ValueError(f"`scale_offset` must be 0.0 or 1.0 (Gemma). Received: scale_offset={scale_offset!r}")
         self.epsilon = epsilon
-        self.scale_initializer = keras.initializers.get(scale_initializer)
+        self.scale_offset = float(scale_offset)
+        default = "zeros" if self.scale_offset else "ones"
+        self.scale_initializer = keras.initializers.get(scale_initializer or default)
         self.supports_masking = True
 
     def build(self, inputs_shape):
@@ -45,7 +56,10 @@ class RMSNorm(keras.layers.Layer):
     def call(self, inputs):
         x = ops.cast(inputs, "float32")
         mean_square = ops.mean(ops.square(x), axis=-1, keepdims=True)
-        outputs = x * ops.rsqrt(mean_square + self.epsilon) * ops.cast(self.scale, "float32")
+        scale = ops.cast(self.scale, "float32")
+        if self.scale_offset:
+            scale = scale + self.scale_offset
+        outputs = x * ops.rsqrt(mean_square + self.epsilon) * scale
         return ops.cast(outputs, self.compute_dtype)
 
     def compute_output_shape(self, inputs_shape):
@@ -55,6 +69,7 @@ class RMSNorm(keras.layers.Layer):
         config = super().get_config()
         config.update(
             epsilon=self.epsilon,
+            scale_offset=self.scale_offset,
             scale_initializer=keras.initializers.serialize(self.scale_initializer),
         )
         return config

@@ -12,16 +12,20 @@ from keras_tfam.layers.position.shaw_relative_position import ShawRelativePositi
 from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition
 
 ATTENTION_POSITIONS = {
-    "rotary": lambda num_heads: RotaryEmbedding(),
+    "rotary": lambda num_heads, **options: RotaryEmbedding(**options),
     "alibi": ALiBiBias,
-    "relative": lambda num_heads: RelativePositionBias(num_heads, bidirectional=False),
-    "shaw": lambda num_heads: ShawRelativePosition(max_distance=16),
+    "relative": lambda num_heads, **options: RelativePositionBias(num_heads, **{"bidirectional": False, **options}),
+    "shaw": lambda num_heads, **options: ShawRelativePosition(**{"max_distance": 16, **options}),
     "transformer_xl": TransformerXLPosition,
 }
 
 
-def make_attention_position(name, num_heads):
-    """A new scheme registered as `name` for `num_heads` heads; a `ValueError` otherwise."""
+def make_attention_position(name, num_heads, options=None):
+    """A new scheme registered as `name` for `num_heads` heads, with the scheme's own `options` (e.g.
+    `{"max_wavelength": 5e5, "pairing": "half"}` for rotary); a `ValueError` naming a bad one."""
     if name not in ATTENTION_POSITIONS:
         raise ValueError(f"`position` must be one of {tuple(ATTENTION_POSITIONS)}. Received: position={name!r}")
-    return ATTENTION_POSITIONS[name](num_heads)
+    try:
+        return ATTENTION_POSITIONS[name](num_heads, **dict(options or {}))
+    except TypeError as error:
+        raise ValueError(f"`position_options` do not fit position={name!r} ({error}). Received: {options!r}") from None

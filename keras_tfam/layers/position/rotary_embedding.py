@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
+from keras_tfam.layers.position.rope_scaling import check_rope_scaling, dynamic_inverse_frequencies, inverse_frequencies
 
 PAIRINGS = ("interleaved", "half")
 
@@ -25,6 +26,10 @@ class RotaryEmbedding(AttentionPositionScheme):
         pairing: which features form a rotated pair. `"interleaved"` pairs
             `(x[2i], x[2i+1])` as in the paper; `"half"` pairs
             `(x[i], x[i + d/2])` as in GPT-NeoX and LLaMA checkpoints.
+        scaling: a context-extension rule for the frequencies, as a Hugging
+            Face config's `rope_scaling`: `{"type": "linear" | "dynamic" |
+            "llama3" | "yarn", "factor": ..., ...}` (see
+            `keras_tfam.layers.position.rope_scaling`), or `None`.
 
     Call arguments:
         inputs: `(B, T, N, H)` with `H` even.
@@ -40,7 +45,7 @@ class RotaryEmbedding(AttentionPositionScheme):
     >>> q = rope(keras.random.normal((2, 10, 4, 16)))
     """
 
-    def __init__(self, max_wavelength=10000, scaling_factor=1.0, pairing="interleaved", **kwargs):
+    def __init__(self, max_wavelength=10000, scaling_factor=1.0, pairing="interleaved", scaling=None, **kwargs):
         super().__init__(**kwargs)
         if max_wavelength <= 1:
             raise ValueError(
@@ -55,14 +60,23 @@ class RotaryEmbedding(AttentionPositionScheme):
         self.max_wavelength = max_wavelength
         self.scaling_factor = scaling_factor
         self.pairing = pairing
+        self.scaling = check_rope_scaling(scaling)
         self.built = True
 
     def _angles(self, length, start_index, dim):
+        """`(angles [T, H/2], attention_factor)` of positions `start_index ..`."""
         positions = ops.cast(ops.arange(length), "float32") + ops.cast(start_index, "float32")
         positions = positions / self.scaling_factor
-        exponents = ops.cast(ops.arange(0, dim, 2), "float32") / dim
-        inverse_frequencies = ops.power(float(self.max_wavelength), -exponents)
-        return ops.einsum("t,f->tf", positions, inverse_frequencies)  # [T, H/2]
+        if self.scaling is not None and self.scaling["type"] == "dynamic":
+            # The sequence so far holds `start_index + length` positions (Hugging Face: max(position_ids) + 1).
+            frequencies = dynamic_inverse_frequencies(
+                float(self.max_wavelength), dim, self.scaling, ops.cast(start_index, "float32") + ops.cast(length, "float32"), ops
+            )
+            factor = 1.0
+        else:
+            frequencies, factor = inverse_frequencies(float(self.max_wavelength), dim, self.scaling)
+            frequencies = ops.convert_to_tensor(frequencies.astype("float32"))
+        return ops.einsum("t,f->tf", positions, frequencies), factor
 
     def call(self, inputs, start_index=0):
         dim = inputs.shape[-1]
@@ -72,9 +86,11 @@ class RotaryEmbedding(AttentionPositionScheme):
                 f"head_dim. Received: inputs.shape={tuple(inputs.shape)}"
             )
         shape = ops.shape(inputs)
-        angles = self._angles(shape[1], start_index, dim)
+        angles, factor = self._angles(shape[1], start_index, dim)
         cos = ops.cos(angles)[None, :, None, :]  # [1, T, 1, H/2]
         sin = ops.sin(angles)[None, :, None, :]
+        if factor != 1.0:  # YaRN's attention temperature, applied to cos and sin as Hugging Face does
+            cos, sin = cos * factor, sin * factor
         x = ops.cast(inputs, "float32")
         if self.pairing == "interleaved":
             pairs = ops.reshape(x, (shape[0], shape[1], shape[2], dim // 2, 2))
@@ -98,5 +114,6 @@ class RotaryEmbedding(AttentionPositionScheme):
             max_wavelength=self.max_wavelength,
             scaling_factor=self.scaling_factor,
             pairing=self.pairing,
+            scaling=self.scaling,
         )
         return config

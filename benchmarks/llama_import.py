@@ -1,0 +1,188 @@
+"""Importing a Llama-shaped checkpoint: load time, peak memory and greedy decoding, ours vs transformers.
+
+A random Llama of a few hundred million parameters (grouped-query heads,
+untied head) is written by transformers in safetensors shards; then, each in
+its own process (TensorFlow and torch in one process crash):
+
+- ours: `keras_tfam.models.from_huggingface(dir)` (TensorFlow backend), then
+  `generate` (compiled, cached) at batch 1 and 8;
+- transformers: `AutoModelForCausalLM.from_pretrained(dir)`, then `generate`
+  (greedy, KV cache) at batch 1 and 8.
+
+Both in float32 on the CPU, same prompts, same number of new tokens; the
+greedy tokens are compared. Load time is wall time from the call to a model
+ready to run; peak memory is the process' maximum resident set, also given
+above what the process held after importing its framework.
+
+    .venv/bin/python benchmarks/llama_import.py [--layers 16 --hidden 1024] [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+PROMPT, NEW = 32, 32
+
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def write_checkpoint(directory, layers, hidden, vocabulary):
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=vocabulary,
+        hidden_size=hidden,
+        intermediate_size=int(hidden * 2.75),
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 256,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    model.save_pretrained(directory, max_shard_size="200MB")
+    return sum(p.numel() for p in model.parameters())
+
+
+def prompts(batch, vocabulary):
+    import numpy as np
+
+    return np.random.default_rng(0).integers(3, vocabulary, (batch, PROMPT))
+
+
+def run_ours(directory, vocabulary):
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import numpy as np
+
+    from keras_tfam.models import from_huggingface
+
+    base = peak_mb()
+    start = time.perf_counter()
+    model = from_huggingface(directory)
+    load = time.perf_counter() - start
+    memory = peak_mb()
+    result = {"load_s": load, "peak_mb": memory, "peak_above_imports_mb": memory - base}
+    for batch in (1, 8):
+        ids = prompts(batch, vocabulary).astype("int32")
+        model.generate(ids, max_new_tokens=NEW)  # compiles
+        start = time.perf_counter()
+        tokens = np.asarray(model.generate(ids, max_new_tokens=NEW))
+        result[f"tokens_per_s_b{batch}"] = batch * NEW / (time.perf_counter() - start)
+        result[f"tokens_b{batch}"] = tokens[:, PROMPT:].tolist()
+    return result
+
+
+def run_transformers(directory, vocabulary):
+    import torch
+    import transformers
+
+    base = peak_mb()
+    start = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    load = time.perf_counter() - start
+    memory = peak_mb()
+    result = {"load_s": load, "peak_mb": memory, "peak_above_imports_mb": memory - base}
+    for batch in (1, 8):
+        ids = torch.tensor(prompts(batch, vocabulary))
+        arguments = dict(
+            attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0
+        )
+        with torch.no_grad():
+            model.generate(ids, **arguments)
+            start = time.perf_counter()
+            tokens = model.generate(ids, **arguments)
+        result[f"tokens_per_s_b{batch}"] = batch * NEW / (time.perf_counter() - start)
+        result[f"tokens_b{batch}"] = tokens[:, PROMPT:].tolist()
+    return result
+
+
+def child(engine, directory, vocabulary):
+    """Runs one engine in a fresh process; its result as a dict."""
+    output = subprocess.run(
+        [sys.executable, __file__, "--engine", engine, "--directory", directory, "--vocabulary", str(vocabulary)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    ).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def machine():
+    flags = ""
+    model = "unknown"
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags") and not flags:
+                    present = set(line.split(":", 1)[1].split())
+                    flags = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") if f in present)
+    return f"{model}, {os.cpu_count()} cores, flags: {flags or 'none of avx2/avx512/amx'}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--vocabulary", type=int, default=32000)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--engine", choices=("ours", "transformers"), help=argparse.SUPPRESS)
+    parser.add_argument("--directory", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.engine:
+        run = run_ours if args.engine == "ours" else run_transformers
+        print(json.dumps(run(args.directory, args.vocabulary)))
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        parameters = child_write(directory, args)
+        results = {engine: child(engine, directory, args.vocabulary) for engine in ("ours", "transformers")}
+    ours, peer = results["ours"], results["transformers"]
+    print(f"machine: {machine()}")
+    print(f"checkpoint: Llama-shaped, {parameters / 1e6:.0f}M parameters, float32 shards; prompts {PROMPT}, new {NEW}")
+    print(f"{'':28s}{'ours':>12s}{'transformers':>14s}{'ratio':>8s}")
+    rows = [
+        ("load time (s)", "load_s", False),
+        ("peak RSS (MB)", "peak_mb", False),
+        ("peak above imports (MB)", "peak_above_imports_mb", False),
+        ("greedy tok/s, batch 1", "tokens_per_s_b1", True),
+        ("greedy tok/s, batch 8", "tokens_per_s_b8", True),
+    ]
+    for label, key, higher_is_better in rows:
+        ratio = ours[key] / peer[key] if higher_is_better else peer[key] / ours[key]
+        print(f"{label:28s}{ours[key]:12.2f}{peer[key]:14.2f}{ratio:7.2f}x")
+    for batch in (1, 8):
+        same = ours[f"tokens_b{batch}"] == peer[f"tokens_b{batch}"]
+        print(f"same greedy tokens at batch {batch}: {same}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine(), "parameters": parameters, **results}, f, indent=1)
+
+
+def child_write(directory, args):
+    code = (
+        "import sys; sys.path.insert(0, {here!r}); import llama_import as b; "
+        "print(b.write_checkpoint({directory!r}, {layers}, {hidden}, {vocabulary}))"
+    ).format(
+        here=os.path.dirname(os.path.abspath(__file__)),
+        directory=directory,
+        layers=args.layers,
+        hidden=args.hidden,
+        vocabulary=args.vocabulary,
+    )
+    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return int(output.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    main()

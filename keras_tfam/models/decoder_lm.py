@@ -1,0 +1,486 @@
+"""Decoder-only language models (GPT-2, GPT-Neo, Llama, Mistral, Qwen2, Gemma) as one Keras functional model."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_tfam.models.functional_model import FunctionalModel
+from keras_tfam.generation.generator import GenerationMixin
+from keras_tfam.generation.protocol import DecodeStep
+from keras_tfam.layers.attention.patterns.registry import get_pattern
+from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
+from keras_tfam.layers.attention.registry import ATTENTIONS, make_attention
+from keras_tfam.layers.blocks.feed_forward import ACTIVATIONS
+from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
+from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
+from keras_tfam.layers.normalization.get_norm import NORMS, check_norm, get_norm
+from keras_tfam.layers.position.position_embedding import PositionEmbedding
+from keras_tfam.layers.position.registry import ATTENTION_POSITIONS, make_attention_position
+from keras_tfam.models.checkpoint_loaders import checkpoint_loader
+from keras_tfam.models.gpt2_presets import GPT2_PRESETS
+from keras_tfam.utils import base_model_config, check_positive_int, check_real, head_size
+
+# Learned positions are added to the embeddings; "none" has no positions
+# (causal attention alone tells them apart); the rest act inside attention.
+POSITIONS = ("learned", "none", *ATTENTION_POSITIONS)
+# Which layers are local (sliding-window) when `local_window` is set: the odd
+# ones alternate with dense layers starting dense (GPT-3, GPT-Neo).
+LOCAL_LAYERS = ("odd", "even", "all")
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class DecoderLM(GenerationMixin, FunctionalModel):
+    """A decoder-only LM: `token_ids (B, T)` -> float32 next-token logits `(B, T, V)`.
+
+    Token embedding (times `embedding_scale`) plus learned positions,
+    dropout, `num_layers` pre-norm decoder blocks, a final norm, and logits
+    `h @ E^T` through the token embedding itself (weight tying: one
+    variable), or through an untied output head. Its defaults are GPT-2
+    (`GPT2LM`): tanh-approximate GELU, 4x feed-forward, LayerNorm,
+    initialisation normal(0.02) with the output projections of each
+    residual branch scaled by `1 / sqrt(2 * num_layers)`.
+
+    The Llama family is a configuration of the same model: `position=
+    "rotary"` with `position_options` (`max_wavelength` is the rope theta,
+    `pairing="half"` is Hugging Face's rotate-half, `scaling` a
+    context-extension rule), `norm="rms"` (Gemma: `"gemma_rms"`),
+    `activation="swiglu"` (Gemma: `"geglu_tanh"`), `num_key_value_heads`,
+    `head_dim` independent of the width, `use_bias=False` with q/k/v biases
+    through `attention_options={"qkv_bias": True}` (Qwen2), an untied head
+    (`tie_embeddings=False`), Gemma's `embedding_scale = sqrt(hidden_dim)`,
+    and Mistral's sliding window (`local_window`, `local_layers="all"`).
+    `keras_tfam.models.from_huggingface` builds them from checkpoints.
+
+    The core library's options are one argument away: `position`
+    (`POSITIONS`: `"learned"`, `"none"`, or a scheme inside attention,
+    `"rotary"`, `"alibi"`, `"relative"`), `norm` (`"layer"`, `"rms"`,
+    `"scale"`), `activation` (`"gelu_tanh"`, `"swiglu"`, ...),
+    `num_key_value_heads` (grouped-query attention), `attention` (a kind
+    registered in `keras_tfam.layers.attention.registry.ATTENTIONS`, with
+    its own `attention_options`), local layers (`local_window`). The same
+    code path trains, generates and exports every variant.
+
+    Local layers attend to the last `local_window` positions only
+    (`SlidingWindow` pattern): GPT-3's "alternating dense and locally
+    banded sparse attention patterns" (Brown et al. 2020) and GPT-Neo's
+    global/local layers. They compute in `O(T * local_window)` and decode
+    with ring caches of `local_window` slots, while global layers keep full
+    caches.
+
+    The model knows the longest context it was trained on (`max_length`:
+    `context_length`, else the learned position table). `generate` never
+    attends over more: past it, each new token sees the last `max_length`
+    tokens (a ring cache for relative or no positions, re-encoding the
+    window for learned ones); see `keras_tfam.generation`.
+
+    Args:
+        vocabulary_size: number of token ids `V`.
+        num_layers: decoder blocks.
+        num_heads: attention heads.
+        hidden_dim: model width `D`.
+        head_dim: the size of each head; default `hidden_dim / num_heads`
+            (Gemma's heads are wider: `num_heads * head_dim != hidden_dim`).
+        intermediate_dim: feed-forward width; default `4 * hidden_dim`.
+        max_sequence_length: positions of the learned position table.
+        context_length: the longest context the model was trained on
+            (`tfam train` records its sequence length); default: the learned
+            position table, and no limit for other position schemes.
+        position: position scheme.
+        position_options: the scheme's own arguments, e.g. for `"rotary"`
+            `{"max_wavelength": 500000.0, "pairing": "half", "scaling":
+            {"type": "llama3", ...}}`.
+        norm: norm of the blocks and the final norm.
+        activation: feed-forward activation.
+        num_key_value_heads: key/value heads; default `num_heads`.
+        attention: the attention kind (`"softmax"`; `"linear"` is
+            `LinearAttention`: O(1) per generated token, the cache is its
+            recurrent state).
+        attention_options: the attention kind's own arguments, e.g.
+            `{"feature_map": "exp"}` for linear attention, or a `pattern`
+            for every layer (`{"pattern": {"name": "strided", "stride": 32}}`).
+        local_window: the window of the local layers, or `None` (no local
+            layers).
+        local_layers: which layers are local: `"odd"` (1, 3, ...: dense
+            and local layers alternate, as GPT-3 and GPT-Neo), `"even"`,
+            `"all"`, or a list of layer indices.
+        dropout: dropout on embeddings, residual branches and attention
+            weights (GPT-2: 0.1).
+        norm_epsilon: epsilon of the norms (GPT-2: 1e-5).
+        use_bias: biases in the dense layers (q/k/v alone: `attention_options=
+            {"qkv_bias": True}`).
+        tie_embeddings: logits through the token embedding (GPT-2); `False`
+            gives the model its own output head (a `Dense` without bias named
+            `output_head`, as Llama's `lm_head`).
+        embedding_scale: multiplies the token embeddings (Gemma:
+            `sqrt(hidden_dim)`); `None` is 1.
+        dtype: dtype policy of every layer (e.g. `"mixed_bfloat16"`); the
+            logits are float32 regardless.
+
+    Example:
+
+    >>> model = DecoderLM.from_preset("gpt2_tiny", vocabulary_size=8192)  # or from_huggingface(directory)
+    >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> model.fit(token_ids, next_token_ids)
+    >>> model.generate([[464, 3290]], max_new_tokens=20, sampler="top_p")
+    """
+
+    # The constructor arguments a training config may set, with their type or
+    # their closed set of values: what `tfam train` offers as flags.
+    OPTIONS = {
+        "num_layers": int,
+        "num_heads": int,
+        "hidden_dim": int,
+        "head_dim": int,
+        "intermediate_dim": int,
+        "max_sequence_length": int,
+        "context_length": int,
+        "position": POSITIONS,
+        "position_options": dict,
+        "norm": NORMS,
+        "activation": ACTIVATIONS,
+        "num_key_value_heads": int,
+        "attention": tuple(ATTENTIONS),
+        "attention_options": dict,
+        "local_window": int,
+        "local_layers": LOCAL_LAYERS,
+        "dropout": float,
+        "norm_epsilon": float,
+        "use_bias": bool,
+        "tie_embeddings": bool,
+        "embedding_scale": float,
+    }
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim=None,
+        max_sequence_length=1024,
+        context_length=None,
+        position="learned",
+        position_options=None,
+        norm="layer",
+        activation="gelu_tanh",
+        num_key_value_heads=None,
+        attention="softmax",
+        attention_options=None,
+        local_window=None,
+        local_layers="odd",
+        dropout=0.0,
+        norm_epsilon=1e-5,
+        use_bias=True,
+        head_dim=None,
+        tie_embeddings=True,
+        embedding_scale=None,
+        dtype=None,
+        **kwargs,
+    ):
+        vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        num_layers = check_positive_int("num_layers", num_layers)
+        num_heads = check_positive_int("num_heads", num_heads)
+        hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
+        if intermediate_dim is not None:
+            intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        if num_key_value_heads is not None:
+            num_key_value_heads = check_positive_int("num_key_value_heads", num_key_value_heads)
+        if local_window is not None:
+            local_window = check_positive_int("local_window", local_window)
+        dropout = check_real("dropout", dropout, "in [0, 1)", lambda rate: 0.0 <= rate < 1.0)
+        norm_epsilon = check_real("norm_epsilon", norm_epsilon, "> 0", lambda epsilon: epsilon > 0.0)
+        if head_dim is None:
+            head_dim = head_size("hidden_dim", hidden_dim, num_heads)
+        head_dim = check_positive_int("head_dim", head_dim)
+        if embedding_scale is not None:
+            embedding_scale = check_real("embedding_scale", embedding_scale, "> 0", lambda scale: scale > 0.0)
+        if not isinstance(tie_embeddings, bool):
+            raise ValueError(f"`tie_embeddings` must be True or False. Received: tie_embeddings={tie_embeddings!r}")
+        position_options = dict(position_options or {})
+        if position_options and position in ("learned", "none"):
+            raise ValueError(
+                f"`position_options` configure a scheme inside attention; position={position!r} takes none. "
+                f"Received: position_options={position_options!r}"
+            )
+        if position not in POSITIONS:
+            raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
+        if context_length is not None:
+            context_length = check_positive_int("context_length", context_length)
+            if position == "learned" and context_length > max_sequence_length:
+                raise ValueError(
+                    f"`context_length` cannot exceed the {max_sequence_length} learned positions "
+                    f"(max_sequence_length). Received: context_length={context_length}"
+                )
+        check_norm(norm)
+        if attention not in ATTENTIONS:
+            raise ValueError(f"`attention` must be one of {tuple(ATTENTIONS)}. Received: attention={attention!r}")
+        attention_options = dict(attention_options or {})
+        pattern = get_pattern(attention_options.get("pattern"))
+        if pattern is not None and pattern.depends_on_length:
+            raise ValueError(
+                "A decoder's pattern must not depend on the sequence's length (it decodes causally): use the causal "
+                f"form (e.g. BigBird(causal=True)). Received: attention_options={{'pattern': {pattern!r}}}"
+            )
+        local = local_layer_indices(local_window, local_layers, num_layers)
+        intermediate_dim = intermediate_dim or 4 * hidden_dim
+        initializer = keras.initializers.RandomNormal(stddev=0.02)
+        residual_initializer = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * num_layers))
+
+        # === Layers ===
+        self.token_embedding = TiedEmbedding(
+            vocabulary_size, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
+        )
+        self.position_embedding = None
+        if position == "learned":
+            self.position_embedding = PositionEmbedding(
+                max_sequence_length,
+                initializer=keras.initializers.RandomNormal(stddev=0.01),
+                dtype=dtype,
+                name="position_embedding",
+            )
+        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+
+        def self_attention(i):
+            pattern = {"pattern": SlidingWindow(local_window)} if i in local else {}
+            return make_attention(
+                attention,
+                num_heads,
+                head_dim,
+                attention_options,
+                num_key_value_heads=num_key_value_heads,
+                use_bias=use_bias,
+                dropout=dropout,
+                position=None
+                if position in ("learned", "none")
+                else make_attention_position(position, num_heads, position_options),
+                kernel_initializer=initializer,
+                output_kernel_initializer=residual_initializer,
+                dtype=dtype,
+                name=f"{attention}_attention_{i}",
+                **pattern,
+            )
+
+        self.transformer_blocks = [
+            TransformerDecoderBlock(
+                num_heads,
+                intermediate_dim,
+                dropout=dropout,
+                activation=activation,
+                norm=norm,
+                norm_position="pre",
+                norm_epsilon=norm_epsilon,
+                use_bias=use_bias,
+                self_attention=self_attention(i),
+                kernel_initializer=initializer,
+                output_kernel_initializer=residual_initializer,
+                dtype=dtype,
+                name=f"transformer_block_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = get_norm(norm, norm_epsilon, dtype=dtype, name="final_norm")
+        self.output_head = None
+        if not tie_embeddings:
+            self.output_head = keras.layers.Dense(
+                vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="output_head"
+            )
+
+        # === Functional model ===
+        self.embedding_scale = embedding_scale
+        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        hidden = self.embed(token_ids, 0)
+        for block in self.transformer_blocks:
+            hidden = block(hidden)
+        logits = self.logits(self.final_norm(hidden))
+        super().__init__(inputs=token_ids, outputs=logits, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self._head_dim = head_dim
+        self.intermediate_dim = intermediate_dim
+        self.max_sequence_length = max_sequence_length
+        self.context_length = context_length
+        self.position = position
+        self.position_options = position_options
+        self.norm = norm
+        self.activation = activation
+        self.num_key_value_heads = num_key_value_heads or num_heads
+        self.attention = attention
+        self.attention_options = attention_options
+        self.local_window = local_window
+        self.local_layers = list(local_layers) if isinstance(local_layers, (list, tuple)) else local_layers
+        self.dropout = dropout
+        self.norm_epsilon = norm_epsilon
+        self.use_bias = use_bias
+        self.tie_embeddings = tie_embeddings
+
+    def embed(self, token_ids, start_index=0, training=None):
+        """The input of the first block: token embeddings (plus learned positions from `start_index`), dropout."""
+        x = self.token_embedding(token_ids)
+        if self.embedding_scale is not None:
+            x = x * ops.cast(self.embedding_scale, x.dtype)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(x, start_index=start_index)
+        return self.embeddings_dropout(x, training=training)
+
+    @property
+    def head_dim(self):
+        return self._head_dim
+
+    # ------------------------------------------------------------------ generation protocol
+
+    @property
+    def max_length(self):
+        """The longest context the model was trained on, or `None` (no limit)."""
+        if self.context_length is not None:
+            return self.context_length
+        return self.max_sequence_length if self.position_embedding is not None else None
+
+    # Every decoding step carries the final hidden states.
+    returns_hidden_states = True
+
+    @property
+    def sliding_window_cache(self):
+        """Ring caches slide only where positions are relative (or absent), not with a learned table, and only
+        where every attention layer decodes with a ring cache."""
+        return self.position_embedding is None and all(
+            block.self_attention_layer.supports_ring_cache for block in self.transformer_blocks
+        )
+
+    def init_cache(self, batch_size, length, window=None):
+        """Empty caches, one per block: `(B, 2, slots, K, H)` keys/values (`slots` at most
+        `window`; rings of `local_window` slots in local layers), or the recurrent
+        state of linear attention."""
+        return tuple(
+            block.self_attention_layer.init_cache(batch_size, length, block.compute_dtype, window=window)
+            for block in self.transformer_blocks
+        )
+
+    def resize_cache(self, cache, length):
+        """The caches of `init_cache` grown to `length` positions."""
+        return tuple(
+            block.self_attention_layer.resize_cache(layer_cache, length)
+            for block, layer_cache in zip(self.transformer_blocks, cache)
+        )
+
+    def call_with_cache(self, token_ids, cache, index, window=None):
+        """Runs `token_ids (B, T)` at positions `index ..` over the caches.
+
+        Returns a `DecodeStep`: float32 logits `(B, T, V)`, the updated
+        caches, and the hidden states `(B, T, D)` (the final norm's output,
+        the input of the softmax: what retrieval models such as `KNNLM` key
+        on). With a `window`, attention sees at most the `window` most
+        recent positions and the caches are rings (`init_cache(...,
+        window=window)`).
+        """
+        if window is not None and not self.sliding_window_cache:
+            raise ValueError(
+                "Learned positions are absolute: a ring cache cannot slide them (the generator re-encodes the "
+                f"window instead). Received: window={window}"
+            )
+        if not isinstance(cache, (list, tuple)) or len(cache) != len(self.transformer_blocks):
+            raise ValueError(
+                f"`cache` must hold one cache per block ({len(self.transformer_blocks)}), as `init_cache` makes "
+                f"them. Received: cache of type {type(cache).__name__} with "
+                f"{len(cache) if isinstance(cache, (list, tuple)) else 'no'} entries"
+            )
+        hidden = self.embed(token_ids, index, training=False)
+        updated = []
+        for block, layer_cache in zip(self.transformer_blocks, cache):
+            hidden, layer_cache = block(
+                hidden,
+                self_attention_cache=layer_cache,
+                self_attention_cache_update_index=index,
+                self_attention_window=window,
+            )
+            updated.append(layer_cache)
+        states = self.final_norm(hidden)
+        return DecodeStep(self.logits(states), tuple(updated), states)
+
+    def logits(self, hidden):
+        """Float32 vocabulary logits of hidden states, through the tied embedding or the output head."""
+        if self.output_head is None:
+            return self.token_embedding(hidden, reverse=True)
+        return ops.cast(self.output_head(hidden), "float32")
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_preset(cls, name, **overrides):
+        """A model from a preset name (`GPT2_PRESETS`), any field overridden."""
+        if name not in GPT2_PRESETS:
+            raise ValueError(f"Unknown preset. Expected one of {tuple(GPT2_PRESETS)}. Received: name={name!r}")
+        return cls(**{**GPT2_PRESETS[name], **overrides})
+
+    @classmethod
+    def from_huggingface(cls, directory, **overrides):
+        """Loads a local Hugging Face checkpoint directory (`config.json`, safetensors weights) of any
+        supported `model_type`: see `keras_tfam.models.from_huggingface`."""
+        return checkpoint_loader("huggingface")(directory, cls, **overrides)
+
+    @classmethod
+    def from_keras_hub(cls, backbone, **overrides):
+        """Copies the weights of a `keras_hub.models.GPT2Backbone`."""
+        return checkpoint_loader("keras_hub_gpt2")(backbone, cls, **overrides)
+
+    def get_config(self):
+        return {
+            **base_model_config(self),
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "head_dim": self.head_dim,
+            "intermediate_dim": self.intermediate_dim,
+            "max_sequence_length": self.max_sequence_length,
+            "context_length": self.context_length,
+            "position": self.position,
+            "position_options": dict(self.position_options),
+            "norm": self.norm,
+            "activation": self.activation,
+            "num_key_value_heads": self.num_key_value_heads,
+            "attention": self.attention,
+            "attention_options": dict(self.attention_options),
+            "local_window": self.local_window,
+            "local_layers": self.local_layers,
+            "dropout": self.dropout,
+            "norm_epsilon": self.norm_epsilon,
+            "use_bias": self.use_bias,
+            "tie_embeddings": self.tie_embeddings,
+            "embedding_scale": self.embedding_scale,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "feature_map" in config:  # checkpoints of keras_tfam 0.1
+            feature_map = config.pop("feature_map")
+            if config.get("attention") == "linear":
+                config["attention_options"] = {"feature_map": feature_map, **(config.get("attention_options") or {})}
+        return cls(**config)
+
+
+def local_layer_indices(local_window, local_layers, num_layers):
+    """The set of local layers' indices; `ValueError` naming a bad `local_window` or `local_layers`."""
+    if local_window is None:
+        return set()
+    check_positive_int("local_window", local_window)
+    if isinstance(local_layers, (list, tuple)):
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in local_layers):
+            raise ValueError(
+                f"`local_layers` must list layer indices in [0, {num_layers}). Received: local_layers={local_layers!r}"
+            )
+        return set(local_layers)
+    if local_layers not in LOCAL_LAYERS:
+        raise ValueError(
+            f"`local_layers` must be one of {LOCAL_LAYERS} or a list of layer indices. "
+            f"Received: local_layers={local_layers!r}"
+        )
+    first = {"odd": 1, "even": 0, "all": 0}[local_layers]
+    step = 1 if local_layers == "all" else 2
+    return set(range(first, num_layers, step))
