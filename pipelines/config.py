@@ -38,6 +38,10 @@ class TrainConfig:
     # Model: a preset, and options of its class on top (`OPTIONS` of the class).
     model: str = "gpt2_tiny"
     model_options: dict = dataclasses.field(default_factory=dict)
+    # A Hugging Face checkpoint directory to fine-tune (its model and tokenizer) instead of a preset.
+    init_from: Optional[str] = None
+    # Fine-tune LoRA factors of this rank only (attention query and value projections).
+    lora_rank: Optional[int] = None
     # Data.
     data_dir: Optional[str] = None
     dataset: str = "wikitext-2-v1"
@@ -87,6 +91,7 @@ class TrainConfig:
                 f"`local_window`: set it too. Received: local_layers={self.model_options['local_layers']!r}, "
                 "local_window=None"
             )
+        self._check_init_from()
         checks = [
             ("tokenizer", self.tokenizer in TOKENIZERS, f"one of {TOKENIZERS}"),
             ("precision", self.precision in PRECISIONS, f"one of {PRECISIONS}"),
@@ -116,6 +121,7 @@ class TrainConfig:
             self.vocabulary_size is None or self.vocabulary_size >= minimum,
             f"unset or at least {minimum} for the {self.tokenizer} tokenizer",
         ))
+        checks.append(("lora_rank", self.lora_rank is None or self.lora_rank >= 1, "unset or a positive integer"))
         checks.append(("cpu_devices", self.cpu_devices is None or self.cpu_devices >= 1, "unset or a positive integer"))
         checks.append(("seed", self.seed >= 0, "a non-negative integer"))
         checks.append(("dataset", self.dataset in WIKITEXT_VARIANTS, f"one of {WIKITEXT_VARIANTS}"))
@@ -139,6 +145,33 @@ class TrainConfig:
         if self.data_dir is not None and not os.path.exists(self.data_dir):
             raise FileNotFoundError(f"Invalid config: data_dir {self.data_dir!r} does not exist")
         return self
+
+    def _check_init_from(self):
+        """`init_from` names a checkpoint directory; its tokenizer is the run's (`tokenizer` "huggingface")."""
+        if self.init_from is None:
+            if self.tokenizer == "huggingface":
+                raise ValueError(
+                    "Invalid config: the `huggingface` tokenizer is an imported checkpoint's: set `init_from` "
+                    "to its directory. Received: tokenizer='huggingface', init_from=None"
+                )
+            return
+        if not os.path.isfile(os.path.join(self.init_from, "config.json")):
+            raise ValueError(
+                "Invalid config: `init_from` must be a Hugging Face checkpoint directory (config.json and "
+                f"safetensors weights). Received: init_from={self.init_from!r}"
+            )
+        if self.tokenizer not in ("word", "huggingface"):  # "word" is the default: unset
+            raise ValueError(
+                "Invalid config: a run with `init_from` uses the checkpoint's own tokenizer. Received: "
+                f"tokenizer={self.tokenizer!r}"
+            )
+        if self.vocabulary_size is not None:
+            raise ValueError(
+                "Invalid config: a run with `init_from` has the checkpoint's vocabulary. Received: "
+                f"vocabulary_size={self.vocabulary_size}"
+            )
+        self.tokenizer = "huggingface"
+        self.init_from = os.path.abspath(self.init_from)
 
     def _check_types(self):
         # JSON config files can hold anything: a string learning rate, a float

@@ -35,6 +35,12 @@ tokenizer needs the tensorflow-text ops, and a SavedModel holding one op a
 server lacks cannot be loaded at all; so a BPE run's `<version>/` holds the
 token-level signatures only (loadable by any TensorFlow), and
 `generate_text` goes to a second model, `<export_dir>-text/<version>/`.
+
+An imported checkpoint's tokenizer (`tfam train --init-from`) runs in Python
+(`tokenizers`, `sentencepiece`), not in a graph: its run's `<version>/` holds
+the token-level signatures, and its files in `<version>/assets.extra/tokenizer/`
+(where TF Serving allows extra files), for a client to tokenize with
+`keras_tfam.convert.HuggingFaceTokenizer` or transformers.
 """
 
 import contextlib
@@ -80,6 +86,10 @@ def asserting(checks):
             text = tf.strings.format(message, [tf.cast(v, tf.float32) if v.dtype.is_floating else v for v in map(tf.convert_to_tensor, values)])
             stack.enter_context(tf.control_dependencies([tf.debugging.Assert(ok, [text], summarize=-1)]))
         yield
+
+
+# Where an export carries a tokenizer that runs in Python (TF Serving leaves `assets.extra` alone).
+TOKENIZER_ASSETS = "assets.extra/tokenizer"
 
 
 def core_ops_only(tokenizer):
@@ -209,6 +219,10 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
     the token-level signatures, loadable by any TensorFlow.
     """
     limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
+    if tokenizer is not None and not tokenizer.in_graph:
+        archive = _archive(model, tokenizer, text_signature=False, max_new_tokens_limit=limit)
+        files = {f"{TOKENIZER_ASSETS}/{os.path.basename(name)}": data for name, data in tokenizer.files().items()}
+        return _export(archive, export_dir, overwrite, files)
     split_text = not core_ops_only(tokenizer)
     if split_text:
         planned = resolve_version_dir(export_dir)
@@ -222,7 +236,7 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
     return target
 
 
-def _export(archive, export_dir, overwrite):
+def _export(archive, export_dir, overwrite, extra_files=None):
     """Writes one version of `archive` under `export_dir`, holding the folder's export lock."""
     target = resolve_version_dir(export_dir)
     if os.path.exists(target) and not overwrite:
@@ -233,7 +247,7 @@ def _export(archive, export_dir, overwrite):
         target = resolve_version_dir(export_dir)  # a version put back by the cleaning counts
         if os.path.exists(target) and not overwrite:
             raise FileExistsError(f"Export {target!r} exists already; pass --overwrite to replace it")
-        _write_version(archive, target)
+        _write_version(archive, target, extra_files)
     return target
 
 
@@ -247,12 +261,18 @@ def _readable_by_all(path):
             os.chmod(os.path.join(root, name), 0o644)
 
 
-def _write_version(archive, target):
-    """Writes `archive` to the version folder `target` through a staging folder, atomically."""
+def _write_version(archive, target, extra_files=None):
+    """Writes `archive` (and `extra_files`, `{relative path: bytes}`) to the version folder `target` through a
+    staging folder, atomically."""
     parent, version = os.path.split(target)
     staging = tempfile.mkdtemp(prefix=".incomplete-", dir=parent)
     try:
         archive.write_out(staging, verbose=False)
+        for name, data in (extra_files or {}).items():
+            path = os.path.join(staging, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
         _readable_by_all(staging)
         fsync_tree(staging)
         fault_point("export-write")

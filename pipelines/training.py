@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tfam.models import from_huggingface
 from keras_tfam.models.presets import get_preset
 from pipelines.callbacks import (
     BestCheckpoint,
@@ -143,14 +144,14 @@ def _run_tokenizer(run_dir, config, train_lines):
     """
     directory = os.path.join(run_dir, "tokenizer")
     if not os.path.isdir(directory) or not os.listdir(directory):
-        return train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size), True
+        return train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size, config.init_from), True
     try:
         return load_tokenizer(directory), False
     except CorruptFileError as error:
         damage = error
     except FileNotFoundError:  # files without tokenizer.json: a save that older versions did not finish
         damage = CorruptFileError(directory, "holds no complete tokenizer (no tokenizer.json)")
-    retrained = train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size)
+    retrained = train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size, config.init_from)
     digests = {name: bytes_digest(data) for name, data in retrained.files().items()}
     try:
         recorded = read_json(os.path.join(directory, "tokenizer.json")).get("files")
@@ -238,13 +239,23 @@ def check_sequence_length(model, sequence_length):
 
 
 def build_model(config, vocabulary_size):
-    """The model of `config`: its preset, the config's model options, and the context it trains on.
+    """The model of `config`: its preset (or the checkpoint of `init_from`), the config's model options, and the
+    context it trains on; with `lora_rank`, LoRA factors are its only trainable weights.
 
     The model records `context_length = sequence_length` (unless the options
     set it), so generation never attends over more than it was trained on;
     a learned position table has `sequence_length` rows unless
     `max_sequence_length` is set.
     """
+    if config.init_from is not None:
+        model = from_huggingface(config.init_from, **config.model_options)
+        if vocabulary_size > model.vocabulary_size:
+            raise ValueError(
+                f"The tokenizer of {config.init_from!r} has {vocabulary_size} ids, more than the model's "
+                f"{model.vocabulary_size}"
+            )
+        check_sequence_length(model, config.sequence_length)
+        return _with_lora(model, config)
     model_class, arguments = get_preset(config.model)
     options = dict(config.model_options)
     if "max_sequence_length" in arguments:  # a learned position table: as long as the training windows
@@ -254,6 +265,13 @@ def build_model(config, vocabulary_size):
         options.setdefault("context_length", config.sequence_length)
     model = model_class(**{**arguments, **options, "vocabulary_size": vocabulary_size})
     check_sequence_length(model, config.sequence_length)
+    return _with_lora(model, config)
+
+
+def _with_lora(model, config):
+    """`model` with LoRA factors of `config.lora_rank` (only they train), or as it is."""
+    if config.lora_rank is not None:
+        model.enable_lora(config.lora_rank)
     return model
 
 

@@ -16,6 +16,11 @@ tokenized line by line and concatenated is the split's token stream.
   text for any text.
 - `CharTokenizer`: one id per Unicode character, for quick experiments on any
   text file.
+- `CheckpointTokenizer`: the tokenizer of an imported Hugging Face checkpoint
+  (`tfam train --init-from`): its `tokenizer.json` or SentencePiece
+  `tokenizer.model`, run by `keras_tfam.convert.HuggingFaceTokenizer` with the
+  ids of transformers. It runs in Python, not in the graph: an export holds
+  the token-level signatures and carries the tokenizer's files beside them.
 
 A saved tokenizer is a folder: its files (written atomically) and
 `tokenizer.json`, written last, holding the kind and each file's size and
@@ -41,6 +46,8 @@ class Tokenizer(tf.Module):
     """Interface: `tokenize(lines) -> RaggedTensor`, `detokenize(ids) -> strings`."""
 
     kind = None
+    #: Whether tokenize/detokenize are TensorFlow ops (an export can embed them).
+    in_graph = True
     #: The id that ends a line; a stream is read as if preceded by one.
     eos_id = None
 
@@ -74,6 +81,7 @@ class Tokenizer(tf.Module):
         os.makedirs(directory, exist_ok=True)
         files = self.files()
         for name, data in files.items():
+            os.makedirs(os.path.dirname(os.path.join(directory, name)), exist_ok=True)
             atomic_write_bytes(os.path.join(directory, name), data)
         manifest = {
             "kind": self.kind,
@@ -312,7 +320,76 @@ def _ragged(ids):
     return ids
 
 
-TOKENIZERS = {"word": WordTokenizer, "bpe": BPETokenizer, "char": CharTokenizer}
+class CheckpointTokenizer(Tokenizer):
+    """The tokenizer of a Hugging Face checkpoint directory, as transformers runs it (in Python).
+
+    Each line is its ids (no BOS/EOS) followed by the id of a newline, the
+    end-of-line token, so a split is the text of its lines as the model reads
+    a document.
+
+    Args:
+        directory: a folder with `tokenizer.json` or `tokenizer.model` (and
+            optionally `tokenizer_config.json`, `special_tokens_map.json`).
+    """
+
+    kind = "huggingface"
+    in_graph = False
+    folder = "huggingface"
+    carried = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json")
+    file_names = (folder + "/tokenizer_config.json",)
+
+    def __init__(self, directory):
+        super().__init__()
+        from keras_tfam.convert import HuggingFaceTokenizer
+
+        self._tokenizer = HuggingFaceTokenizer(directory)
+        self._files = {}
+        for name in self.carried:
+            path = os.path.join(directory, name)
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    self._files[f"{self.folder}/{name}"] = f.read()
+        newline = self._tokenizer.encode("\n", add_special_tokens=False)
+        if not newline:
+            raise ValueError(f"The tokenizer of {directory!r} gives no id for a newline")
+        self.eos_id = int(newline[-1])
+        self.bos_id = self._tokenizer.bos_token_id
+
+    @property
+    def vocabulary_size(self):
+        return self._tokenizer.vocabulary_size
+
+    @property
+    def library_tokenizer(self):
+        """The `keras_tfam.convert.HuggingFaceTokenizer` it runs."""
+        return self._tokenizer
+
+    def _encode(self, lines, end):
+        lines = [line.decode("utf-8") for line in np.asarray(tf.convert_to_tensor(lines, tf.string)).reshape(-1)]
+        rows = [self._tokenizer.encode(line, add_special_tokens=False) + end for line in lines]
+        lengths = [len(row) for row in rows]
+        flat = np.fromiter((i for row in rows for i in row), np.int32, sum(lengths))
+        return tf.RaggedTensor.from_row_lengths(flat, tf.constant(lengths, tf.int64))
+
+    def tokenize(self, lines):
+        return self._encode(lines, [self.eos_id])
+
+    def tokenize_prompt(self, prompts):
+        return self._encode(prompts, [])
+
+    def detokenize(self, ids):
+        rows = _as_ragged(ids).to_list()
+        return tf.constant([self._tokenizer.decode(row) for row in rows], tf.string)
+
+    def files(self):
+        return dict(self._files)
+
+    @classmethod
+    def load(cls, directory):
+        return cls(os.path.join(directory, cls.folder))
+
+
+TOKENIZERS = {"word": WordTokenizer, "bpe": BPETokenizer, "char": CharTokenizer, "huggingface": CheckpointTokenizer}
 
 
 def _load_checked(cls, directory):
@@ -359,10 +436,13 @@ def load_tokenizer(directory):
     )
 
 
-def train_tokenizer(kind, lines, vocabulary_size=None):
-    """Trains the tokenizer `kind` (`"word"`, `"bpe"`, `"char"`) on `lines`."""
+def train_tokenizer(kind, lines, vocabulary_size=None, checkpoint=None):
+    """Trains the tokenizer `kind` (`"word"`, `"bpe"`, `"char"`) on `lines`; `"huggingface"` reads the
+    one of the `checkpoint` directory instead."""
     if kind not in TOKENIZERS:
         raise ValueError(f"`tokenizer` must be one of {tuple(TOKENIZERS)}. Received: tokenizer={kind!r}")
+    if kind == "huggingface":
+        return CheckpointTokenizer(checkpoint)
     if kind == "bpe":
         return BPETokenizer.train(lines, vocabulary_size or 8192)
     return TOKENIZERS[kind].train(lines, max_size=vocabulary_size)
