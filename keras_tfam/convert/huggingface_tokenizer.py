@@ -14,6 +14,10 @@ and a SentencePiece model adds BOS only (LlamaTokenizer's default).
 
 import json
 import os
+import shutil
+
+# The files of a tokenizer directory, copied by `save_to_preset`.
+FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def _token_content(token):
@@ -74,6 +78,14 @@ class HuggingFaceTokenizer:
         if self._sentencepiece is not None:
             self.add_bos = True if self.add_bos is None else self.add_bos
             self.add_eos = bool(self.add_eos)
+
+    def save_to_preset(self, directory):
+        """Copies the tokenizer's files into `directory` (a preset directory, or any other)."""
+        os.makedirs(directory, exist_ok=True)
+        for name in FILES:
+            source = os.path.join(self.directory, name)
+            if os.path.isfile(source) and os.path.abspath(source) != os.path.abspath(os.path.join(directory, name)):
+                shutil.copyfile(source, os.path.join(directory, name))
 
     def _id_of(self, token, kind):
         token = _token_content(token)

@@ -8,6 +8,7 @@ from keras_tfam.models.decoder_lm import DecoderLM
 from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
 from keras_tfam.models.huggingface import from_huggingface
+from keras_tfam.models.preset_directory import load_preset
 from keras_tfam.models.knn_lm import KNNLM
 from keras_tfam.models.transformer import Transformer
 from keras_tfam.models.transformer_xl_lm import TransformerXLLM
@@ -27,4 +28,5 @@ __all__ = [
     "from_huggingface",
     "grid_search_threshold",
     "learn_then_test",
+    "load_preset",
 ]

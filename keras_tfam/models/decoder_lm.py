@@ -18,6 +18,7 @@ from keras_tfam.layers.normalization.get_norm import NORMS, check_norm, get_norm
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.registry import ATTENTION_POSITIONS, make_attention_position
 from keras_tfam.models.checkpoint_loaders import checkpoint_loader
+from keras_tfam.models.preset_directory import is_preset_directory, load_preset
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
 from keras_tfam.utils import base_model_config, check_positive_int, check_real, head_size
 
@@ -412,7 +413,14 @@ class DecoderLM(GenerationMixin, FunctionalModel):
 
     @classmethod
     def from_preset(cls, name, **overrides):
-        """A model from a preset name (`GPT2_PRESETS`), any field overridden."""
+        """A model from a preset name (`GPT2_PRESETS`), any field overridden, or a preset directory written by
+        `save_to_preset` (loaded as saved)."""
+        if is_preset_directory(name):
+            if overrides:
+                raise ValueError(
+                    f"A preset directory is loaded as it was saved; it takes no overrides. Received: {sorted(overrides)}"
+                )
+            return load_preset(name, cls)
         if name not in GPT2_PRESETS:
             raise ValueError(f"Unknown preset. Expected one of {tuple(GPT2_PRESETS)}. Received: name={name!r}")
         return cls(**{**GPT2_PRESETS[name], **overrides})

@@ -16,6 +16,7 @@ from keras_tfam.layers.position.adaptive_span import AdaptiveSpan
 from keras_tfam.layers.position.composed_position import ComposedPosition
 from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition
 from keras_tfam.models.model_mixin import ModelMixin
+from keras_tfam.models.preset_directory import is_preset_directory, load_preset
 from keras_tfam.models.transformer_xl_presets import TRANSFORMER_XL_PRESETS
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
@@ -422,7 +423,14 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
 
     @classmethod
     def from_preset(cls, name, **overrides):
-        """A model from a preset name (`TRANSFORMER_XL_PRESETS`) and a `vocabulary_size`, any field overridden."""
+        """A model from a preset name (`TRANSFORMER_XL_PRESETS`) and a `vocabulary_size`, any field overridden, or
+        a preset directory written by `save_to_preset` (loaded as saved)."""
+        if is_preset_directory(name):
+            if overrides:
+                raise ValueError(
+                    f"A preset directory is loaded as it was saved; it takes no overrides. Received: {sorted(overrides)}"
+                )
+            return load_preset(name, cls)
         if name not in TRANSFORMER_XL_PRESETS:
             raise ValueError(
                 f"Unknown preset. Expected one of {tuple(TRANSFORMER_XL_PRESETS)}. Received: name={name!r}"
