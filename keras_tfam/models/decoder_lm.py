@@ -431,6 +431,51 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         supported `model_type`: see `keras_tfam.models.from_huggingface`."""
         return checkpoint_loader("huggingface")(directory, cls, **overrides)
 
+    @staticmethod
+    def get_layout_map(device_mesh, model_parallel_dim_name="model", data_parallel_dim_name="batch"):
+        """A `keras.distribution.LayoutMap` sharding the model over `device_mesh`, as keras-hub's backbones do.
+
+        Megatron's split (Shoeybi et al. 2019) on the `model` axis: the
+        query/key/value and feed-forward input kernels by their output
+        columns, the attention output and feed-forward output kernels by
+        their input rows, the token embedding and the output head by the
+        vocabulary; the other axis of each is sharded over `batch` (the
+        weights of data-parallel replicas are split too, as keras-hub does).
+        Biases and norms are replicated. Use it with
+        `keras.distribution.ModelParallel(layout_map=..., batch_dim_name=...)`.
+
+        Args:
+            device_mesh: a `keras.distribution.DeviceMesh` with both axes.
+            model_parallel_dim_name: the mesh axis the weights are split on.
+            data_parallel_dim_name: the mesh axis the batch is split on.
+
+        Example:
+
+        >>> mesh = keras.distribution.DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
+        >>> layout_map = DecoderLM.get_layout_map(mesh)
+        >>> with keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch").scope():
+        ...     model = DecoderLM.from_preset("gpt2_tiny", vocabulary_size=8192)
+        """
+        if not isinstance(device_mesh, keras.distribution.DeviceMesh):
+            raise ValueError(
+                f"`device_mesh` must be a keras.distribution.DeviceMesh. Received: {type(device_mesh).__name__}"
+            )
+        for name in (model_parallel_dim_name, data_parallel_dim_name):
+            if name not in device_mesh.axis_names:
+                raise ValueError(
+                    f"{name!r} is not an axis of the device mesh, whose axes are {list(device_mesh.axis_names)}"
+                )
+        model, data = model_parallel_dim_name, data_parallel_dim_name
+        layout_map = keras.distribution.LayoutMap(device_mesh)
+        # Keys are regular expressions over whole variable paths (a wrapper model prefixes its backbone's).
+        layout_map[r"(.*/)?token_embedding/embeddings"] = (model, data)
+        layout_map[r"(.*/)?output_head/kernel"] = (data, model)
+        layout_map[r".*_attention_\d+/(query|key|value)/kernel"] = (data, model)
+        layout_map[r".*_attention_\d+/attention_output/kernel"] = (model, data)
+        layout_map[r".*/feed_forward/(intermediate|gate)/kernel"] = (data, model)
+        layout_map[r".*/feed_forward/output/kernel"] = (model, data)
+        return layout_map
+
     @classmethod
     def from_keras_hub(cls, backbone, **overrides):
         """Copies the weights of a `keras_hub.models.GPT2Backbone`."""
