@@ -25,4 +25,5 @@ echo "== the library on the JAX backend"
 # GPT-2 and Hugging Face parity), again on JAX.
 XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "every_backend and not training" \
   tests/ops tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
-  tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/test_backend_neutral.py
+  tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
+  tests/test_backend_neutral.py

@@ -17,6 +17,7 @@ EVERY_BACKEND_FILES = (
     "tests/models/test_gpt2_lm.py",
     "tests/convert/test_huggingface_gpt2.py",
     "tests/convert/test_huggingface_llama.py",
+    "tests/models/test_keras_export.py",
     "tests/test_backend_neutral.py",
 )
 

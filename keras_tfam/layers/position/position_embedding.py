@@ -52,7 +52,10 @@ class PositionEmbedding(keras.layers.Layer):
             )
         shape = ops.shape(inputs)
         table = ops.cast(self.position_embeddings, self.compute_dtype)
-        rows = ops.slice(table, (ops.cast(start_index, "int32"), 0), (shape[-2], table.shape[-1]))
+        # A gather rather than a slice of `length` rows: JAX's export cannot compare a symbolic length with the
+        # table's size, which a dynamic slice needs (`keras.Model.export` with a dynamic sequence axis).
+        positions = ops.arange(shape[-2], dtype="int32") + ops.cast(start_index, "int32")
+        rows = ops.take(table, positions, axis=0)
         return ops.broadcast_to(rows, shape)
 
     def compute_output_shape(self, inputs_shape):
