@@ -121,20 +121,6 @@ def child(engine, directory, vocabulary):
     return json.loads(output.strip().splitlines()[-1])
 
 
-def machine():
-    flags = ""
-    model = "unknown"
-    if os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "unknown":
-                    model = line.split(":", 1)[1].strip()
-                if line.startswith("flags") and not flags:
-                    present = set(line.split(":", 1)[1].split())
-                    flags = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") if f in present)
-    return f"{model}, {os.cpu_count()} cores, flags: {flags or 'none of avx2/avx512/amx'}"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=16)
@@ -152,7 +138,10 @@ def main():
         parameters = child_write(directory, args)
         results = {engine: child(engine, directory, args.vocabulary) for engine in ("ours", "transformers")}
     ours, peer = results["ours"], results["transformers"]
-    print(f"machine: {machine()}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import cpu
+
+    print(f"machine: {cpu()}")
     print(f"checkpoint: Llama-shaped, {parameters / 1e6:.0f}M parameters, float32 shards; prompts {PROMPT}, new {NEW}")
     print(f"{'':28s}{'ours':>12s}{'transformers':>14s}{'ratio':>8s}")
     rows = [
@@ -171,7 +160,7 @@ def main():
         print(f"same greedy tokens at batch {batch}: {same}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "parameters": parameters, **results}, f, indent=1)
+            json.dump({"machine": cpu(), "parameters": parameters, **results}, f, indent=1)
 
 
 def child_write(directory, args):

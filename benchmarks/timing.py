@@ -19,11 +19,26 @@ def median_seconds(fn, warmup=3, repeats=10):
     return statistics.median(times)
 
 
+def cpu():
+    """The CPU model, core count and the flags that pick kernels (AVX2, AVX-512, AVX-512 BF16, AMX)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in (platform.processor(), platform.machine()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+    present = " ".join(flag for flag in wanted if flag in flags) or "none of " + "/".join(wanted)
+    return f"{model}, {os.cpu_count()} cores, flags: {present}"
+
+
 def machine():
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
     device = ", ".join(tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus)
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores" + (
+    return cpu() + (
         f", {device}" if device else ", no GPU"
     ) + f", TF {tf.__version__}"
