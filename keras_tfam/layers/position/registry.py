@@ -27,5 +27,5 @@ def make_attention_position(name, num_heads, options=None):
         raise ValueError(f"`position` must be one of {tuple(ATTENTION_POSITIONS)}. Received: position={name!r}")
     try:
         return ATTENTION_POSITIONS[name](num_heads, **dict(options or {}))
-    except TypeError as error:
+    except (TypeError, ValueError) as error:  # Keras layers refuse unknown keywords with a ValueError
         raise ValueError(f"`position_options` do not fit position={name!r} ({error}). Received: {options!r}") from None
