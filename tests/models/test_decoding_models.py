@@ -16,6 +16,7 @@ from keras_tfam.models import (
     KNNLM,
     AttentionPoolingLM,
     DecisionTransformer,
+    DecoderLM,
     EarlyExitLM,
     GPT2LM,
     Transformer,
@@ -27,6 +28,11 @@ VOCABULARY, LENGTH = 13, 9
 # JAX compiles the decoding loop faster than it runs it op by op; TensorFlow the other way round.
 JIT = keras.config.backend() == "jax"
 TINY = dict(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=8, max_sequence_length=16)
+
+
+def numpy(tensor):
+    """A backend tensor as NumPy (torch's need detaching)."""
+    return keras.ops.convert_to_numpy(tensor)
 
 
 def _seeded(factory):
@@ -61,6 +67,14 @@ def _source():
 MODELS = {
     **{f"gpt2_{kind}": (lambda kind=kind: _gpt2(kind)) for kind in attention_kinds(decoder=True)},
     "gpt2_local_layers_alibi": lambda: GPT2LM(**TINY, position="alibi", local_window=3, num_key_value_heads=1),
+    # Every option of the Llama family at once (the imported checkpoints' conventions), on a local layer too.
+    "gpt2_llama_family_options": lambda: DecoderLM(
+        **TINY, head_dim=6, num_key_value_heads=1, position="rotary", norm="gemma_rms", activation="geglu_tanh",
+        position_options={"max_wavelength": 5e5, "pairing": "half", "scaling": {
+            "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 4}},
+        use_bias=False, attention_options={"qkv_bias": True}, tie_embeddings=False, embedding_scale=2.0,
+        local_window=3, local_layers=[1]),
     "transformer_xl": _txl,
     "transformer_xl_gtrxl_adaptive_span": lambda: _txl(residual="gru", max_span=6),
     "compressive_transformer": lambda: _txl(compressed_memory_length=4, compression_rate=2),
@@ -84,23 +98,23 @@ def full_pass(model, tokens):
         width = model.context_length
         padded = np.pad(tokens, [[0, 0], [width, 0]])
         windows = np.stack([padded[:, p + 1 : p + 1 + width] for p in range(tokens.shape[1])], axis=1)
-        return np.asarray(model(windows.reshape(-1, width))).reshape(*tokens.shape, -1)
+        return numpy(model(windows.reshape(-1, width))).reshape(*tokens.shape, -1)
     if isinstance(model, (TransformerXLLM, Transformer)) or (
         isinstance(model, KNNLM) and isinstance(model.lm, TransformerXLLM)
     ):
-        return np.asarray(model.call_with_cache(tokens, model.init_cache(len(tokens), tokens.shape[1],
+        return numpy(model.call_with_cache(tokens, model.init_cache(len(tokens), tokens.shape[1],
                                                                           **cache_inputs(model)), 0).logits)
-    return np.asarray(model(tokens))
+    return numpy(model(tokens))
 
 
 def stepwise(model, tokens, prefill):
     cache = model.init_cache(len(tokens), tokens.shape[1], **cache_inputs(model))
     step = model.call_with_cache(tokens[:, :prefill], cache, 0)
-    outputs = [np.asarray(step.logits)]
+    outputs = [numpy(step.logits)]
     assert (step.hidden_states is not None) == bool(model.returns_hidden_states)
     for t in range(prefill, tokens.shape[1]):
         step = model.call_with_cache(tokens[:, t : t + 1], step.cache, t)
-        outputs.append(np.asarray(step.logits))
+        outputs.append(numpy(step.logits))
     return np.concatenate(outputs, axis=1)
 
 
@@ -126,8 +140,8 @@ def test_greedy_generate_is_the_argmax_of_the_full_pass_on_the_growing_sequence(
         source = _source()
         stop = VOCABULARY - 1
         generated = model.generate(source, start_token_id=1, stop_token_id=stop, max_length=4, jit_compile=JIT)
-        tokens = np.concatenate([np.ones((2, 1), "int32"), np.asarray(generated, "int32")], axis=1)
-        logits = np.asarray(model.call_with_cache(tokens, model.init_cache(2, tokens.shape[1], source=source), 0).logits)
+        tokens = np.concatenate([np.ones((2, 1), "int32"), numpy(generated).astype("int32")], axis=1)
+        logits = numpy(model.call_with_cache(tokens, model.init_cache(2, tokens.shape[1], source=source), 0).logits)
         for row in range(2):
             for t in range(1, tokens.shape[1]):
                 assert int(logits[row, t - 1].argmax()) == int(tokens[row, t]), (row, t)
@@ -160,7 +174,7 @@ def test_decision_transformer_actions_depend_on_the_past_only():
         "actions": rng.integers(0, 4, size=(1, 6)).astype("int32"),
         "timesteps": np.arange(6, dtype="int32")[None],
     }
-    full = np.asarray(model(inputs))
+    full = numpy(model(inputs))
     for t in range(1, 7):
         prefix = {name: value[:, :t] for name, value in inputs.items()}
-        np.testing.assert_allclose(np.asarray(model(prefix)), full[:, :t], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(numpy(model(prefix)), full[:, :t], rtol=1e-5, atol=1e-5)
