@@ -416,11 +416,7 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         """A model from a preset name (`GPT2_PRESETS`), any field overridden, or a preset directory written by
         `save_to_preset` (loaded as saved)."""
         if is_preset_directory(name):
-            if overrides:
-                raise ValueError(
-                    f"A preset directory is loaded as it was saved; it takes no overrides. Received: {sorted(overrides)}"
-                )
-            return load_preset(name, cls)
+            return load_preset(name, cls, **overrides)
         if name not in GPT2_PRESETS:
             raise ValueError(f"Unknown preset. Expected one of {tuple(GPT2_PRESETS)}. Received: name={name!r}")
         return cls(**{**GPT2_PRESETS[name], **overrides})

@@ -75,18 +75,25 @@ def is_preset_directory(path):
     return isinstance(path, str) and os.path.isfile(os.path.join(path, METADATA))
 
 
-def load_preset(directory, cls=None):
+def load_preset(directory, cls=None, **overrides):
     """The model of a preset directory written by `save_to_preset`, with its weights.
 
     Args:
         directory: the preset directory.
         cls: the class the model must be an instance of, or `None`.
+        **overrides: refused (a preset directory is loaded as it was saved);
+            accepted here so that `from_preset(name, **overrides)` can pass
+            them on and get the error.
 
     Example:
 
     >>> model.save_to_preset("presets/my_lm", tokenizer=tokenizer)
     >>> model = load_preset("presets/my_lm")
     """
+    if overrides:
+        raise ValueError(
+            f"A preset directory is loaded as it was saved; it takes no overrides. Received: {sorted(overrides)}"
+        )
     for name in (METADATA, CONFIG, WEIGHTS):
         if not os.path.isfile(os.path.join(directory, name)):
             raise FileNotFoundError(

@@ -426,11 +426,7 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
         """A model from a preset name (`TRANSFORMER_XL_PRESETS`) and a `vocabulary_size`, any field overridden, or
         a preset directory written by `save_to_preset` (loaded as saved)."""
         if is_preset_directory(name):
-            if overrides:
-                raise ValueError(
-                    f"A preset directory is loaded as it was saved; it takes no overrides. Received: {sorted(overrides)}"
-                )
-            return load_preset(name, cls)
+            return load_preset(name, cls, **overrides)
         if name not in TRANSFORMER_XL_PRESETS:
             raise ValueError(
                 f"Unknown preset. Expected one of {tuple(TRANSFORMER_XL_PRESETS)}. Received: name={name!r}"
