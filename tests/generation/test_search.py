@@ -5,6 +5,7 @@ import itertools
 import keras
 import numpy as np
 import pytest
+from backend import forward
 
 from keras_tfam.generation import BeamSearch, Generator, Sampling, decode, plan_decoding
 from keras_tfam.models import GPT2LM
@@ -20,11 +21,11 @@ def tiny(vocabulary_size=5, **options):
     return model
 
 
-def log_probs(model, tokens):
-    logits = np.asarray(model(np.array([tokens], "int32")), np.float64)[0]
-    return logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(
-        -1, keepdims=True
-    )
+def log_probs(model, sequences):
+    """Log-softmax (float64) of the full pass over each of `sequences`, all of one length, in one batch."""
+    logits = forward(model, np.array(sequences, "int32")).astype(np.float64)
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
 def exhaustive(model, prompt, max_new_tokens, length_penalty):
@@ -32,10 +33,13 @@ def exhaustive(model, prompt, max_new_tokens, length_penalty):
     best = None
     vocabulary = model.vocabulary_size
     for length in range(1, max_new_tokens + 1):
-        for continuation in itertools.product(range(vocabulary), repeat=length):
-            if STOP in continuation[:-1] or (length < max_new_tokens and continuation[-1] != STOP):
-                continue
-            table = log_probs(model, list(prompt) + list(continuation[:-1]))
+        continuations = [
+            continuation
+            for continuation in itertools.product(range(vocabulary), repeat=length)
+            if STOP not in continuation[:-1] and (length == max_new_tokens or continuation[-1] == STOP)
+        ]
+        tables = log_probs(model, [list(prompt) + list(continuation[:-1]) for continuation in continuations])
+        for table, continuation in zip(tables, continuations):
             score = sum(table[len(prompt) - 1 + i, token] for i, token in enumerate(continuation))
             ranked = score / ((5.0 + length) / 6.0) ** length_penalty
             if best is None or ranked > best[0]:

@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+from backend import greedy_by_full_passes
 
 from keras_tfam.generation import Generator
 from keras_tfam.models import GPT2LM
@@ -14,14 +15,6 @@ def tiny():
     return GPT2LM(vocabulary_size=41, num_layers=2, num_heads=2, hidden_dim=32, max_sequence_length=32)
 
 
-def uncached_greedy(model, prompt, new_tokens):
-    tokens = list(prompt)
-    for _ in range(new_tokens):
-        logits = keras.ops.convert_to_numpy(model(np.array([tokens], "int32")))
-        tokens.append(int(logits[0, -1].argmax()))
-    return tokens
-
-
 def test_generate_after_enable_lora_uses_the_lora_weights():
     # Keras' own LoRA on every projection, after a first generate: the loop traced before would ignore it.
     model = tiny()
@@ -31,8 +24,8 @@ def test_generate_after_enable_lora_uses_the_lora_weights():
             layer.enable_lora(2)
             draws = np.random.default_rng(len(layer.name)).normal(size=layer.lora_kernel_b.shape)
             layer.lora_kernel_b.assign(0.5 * draws)  # B = 0 at first: make the adapters matter
-    expected = uncached_greedy(model, PROMPT, 8)
-    assert expected != uncached_greedy(tiny(), PROMPT, 8)  # the adapters change the tokens
+    expected = greedy_by_full_passes(model, PROMPT, 8)
+    assert expected != greedy_by_full_passes(tiny(), PROMPT, 8)  # the adapters change the tokens
     assert model.generate([PROMPT], 8)[0].tolist() == expected
 
 
@@ -41,5 +34,5 @@ def test_generate_after_quantize_traces_a_new_loop_with_the_quantized_weights():
     model.generate([PROMPT], 8)
     loops = dict(Generator.for_model(model)._functions)
     model.quantize("int8")
-    assert model.generate([PROMPT], 8)[0].tolist() == uncached_greedy(model, PROMPT, 8)
+    assert model.generate([PROMPT], 8)[0].tolist() == greedy_by_full_passes(model, PROMPT, 8)
     assert set(Generator.for_model(model)._functions) - set(loops)  # not the float32 loop

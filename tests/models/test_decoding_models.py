@@ -9,6 +9,7 @@ sequence so far. GPT-2 LMs are built for every registered decoder attention kind
 import keras
 import numpy as np
 import pytest
+from backend import forward
 
 from keras_tfam.generation import DecodingModel, check_protocol
 from keras_tfam.layers.attention.registry import attention_kinds
@@ -98,13 +99,13 @@ def full_pass(model, tokens):
         width = model.context_length
         padded = np.pad(tokens, [[0, 0], [width, 0]])
         windows = np.stack([padded[:, p + 1 : p + 1 + width] for p in range(tokens.shape[1])], axis=1)
-        return numpy(model(windows.reshape(-1, width))).reshape(*tokens.shape, -1)
+        return forward(model, windows.reshape(-1, width)).reshape(*tokens.shape, -1)
     if isinstance(model, (TransformerXLLM, Transformer)) or (
         isinstance(model, KNNLM) and isinstance(model.lm, TransformerXLLM)
     ):
         return numpy(model.call_with_cache(tokens, model.init_cache(len(tokens), tokens.shape[1],
                                                                           **cache_inputs(model)), 0).logits)
-    return numpy(model(tokens))
+    return forward(model, tokens)
 
 
 def stepwise(model, tokens, prefill):
@@ -149,16 +150,16 @@ def test_greedy_generate_is_the_argmax_of_the_full_pass_on_the_growing_sequence(
                     break  # then padding
         return
     prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
-    generated = model.generate(prompts, max_new_tokens=4, jit_compile=JIT)
+    generated = numpy(model.generate(prompts, max_new_tokens=4, jit_compile=JIT)).astype("int32")
+    # The full pass over the whole sequence gives, at position t - 1, what the full pass over
+    # `sequence[:t]` gives (checked: causal), so one pass holds every step's argmax; the shorter row's
+    # padding comes after all its positions.
+    logits = full_pass(model, generated)
+    prefix = full_pass(model, generated[:, : len(prompts[0]) + 1])
+    np.testing.assert_allclose(prefix, logits[:, : prefix.shape[1]], rtol=1e-5, atol=1e-5)
     for row, prompt in enumerate(prompts):
-        sequence = np.array([generated[row, : len(prompt) + 4]], "int32")
-        # The full pass over the whole sequence gives, at position t - 1, what the full pass over
-        # `sequence[:t]` gives (checked: causal), so one pass holds every step's argmax.
-        logits = full_pass(model, sequence)
-        prefix = full_pass(model, sequence[:, : len(prompt) + 1])
-        np.testing.assert_allclose(prefix, logits[:, : len(prompt) + 1], rtol=1e-5, atol=1e-5)
-        for t in range(len(prompt), sequence.shape[1]):
-            assert int(logits[0, t - 1].argmax()) == int(sequence[0, t]), (row, t)
+        for t in range(len(prompt), len(prompt) + 4):
+            assert int(logits[row, t - 1].argmax()) == int(generated[row, t]), (row, t)
 
 
 def test_decision_transformer_actions_depend_on_the_past_only():

@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+from backend import greedy_by_full_passes
 
 from keras_tfam.models import EarlyExitLM, GPT2LM, grid_search_threshold, learn_then_test
 
@@ -28,13 +29,6 @@ def greedy_with_cache(model, prompts, new_tokens):
     return tokens, np.stack(logits, 1), np.stack(layers, 1)
 
 
-def uncached_greedy(model, prompt, new_tokens):
-    tokens = list(prompt)
-    for _ in range(new_tokens):
-        tokens.append(int(np.argmax(np.asarray(model(np.array([tokens], "int32")))[0, -1])))
-    return tokens
-
-
 @pytest.mark.parametrize("confidence", ["softmax_response", "classifier"])
 @pytest.mark.parametrize("position", ["learned", "rotary"])
 def test_threshold_that_never_fires_is_ordinary_generation(confidence, position):
@@ -44,7 +38,7 @@ def test_threshold_that_never_fires_is_ordinary_generation(confidence, position)
         model.exit_classifier.bias.assign([50.0])  # confidence exactly 1.0: still not above 1
     prompt = [5, 8, 11, 2]
     tokens, logits, layers = greedy_with_cache(model, [prompt], 10)
-    assert list(tokens[0]) == uncached_greedy(gpt2, prompt, 10)
+    assert list(tokens[0]) == greedy_by_full_passes(gpt2, prompt, 10)
     np.testing.assert_allclose(logits[:, :-1], np.asarray(gpt2(tokens[:, :-1]))[:, 4:], atol=1e-4)
     assert np.all(layers == 3)
     # The prompt and full passes are the backbone's.
@@ -143,7 +137,7 @@ def test_threshold_is_a_variable_read_by_compiled_generation():
     tokens = model.generate(prompt, 8)
     # The prompt's last token runs every layer (prompt tokens do), so the first new token is the
     # backbone's; every later one leaves after the first layer.
-    expected = uncached_greedy(gpt2, prompt[0], 1)
+    expected = greedy_by_full_passes(gpt2, prompt[0], 1)
     first_layer = model.layer_logits_model()
     for _ in range(7):
         logits = np.asarray(first_layer(np.array([expected], "int32"))[0])
@@ -163,7 +157,7 @@ def test_prompt_tokens_run_every_layer_in_rows_of_any_length(options):
     for row, prompt in enumerate(prompts):
         reference = greedy_with_cache(model, [prompt], 4)[0][0]  # prompt in one pass, then one-token steps
         assert list(tokens[row, len(prompt) : len(prompt) + 4]) == list(reference[len(prompt) :])
-        assert tokens[row, len(prompt)] == uncached_greedy(gpt2, prompt, 1)[-1]
+        assert tokens[row, len(prompt)] == greedy_by_full_passes(gpt2, prompt, 1)[-1]
 
 
 def test_save_load(tmp_path):

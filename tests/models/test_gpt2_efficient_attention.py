@@ -5,6 +5,7 @@ import json
 import keras
 import numpy as np
 import pytest
+from backend import greedy_by_full_passes
 
 from keras_tfam.layers.attention.registry import ATTENTIONS
 from keras_tfam.models import GPT2LM
@@ -19,13 +20,6 @@ KINDS = {
 }
 
 
-def uncached_greedy(model, prompt, max_new_tokens):
-    tokens = list(prompt)
-    for _ in range(max_new_tokens):
-        tokens.append(int(np.argmax(np.asarray(model(np.array([tokens], "int32")))[0, -1])))
-    return tokens
-
-
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_cached_generation_equals_uncached_passes(kind):
     # Training steps are the layers' harness (a compiled fit) and benchmarks/efficient_attention.py's quality runs.
@@ -37,7 +31,7 @@ def test_cached_generation_equals_uncached_passes(kind):
     # XLA on JAX (eager JAX is slow); a plain graph on TensorFlow (XLA compiles slowly; test_gpt2_lm has it).
     generated = model.generate(prompts, max_new_tokens=8, jit_compile=keras.config.backend() == "jax")
     for row, prompt in zip(generated, prompts):
-        expected = uncached_greedy(model, prompt, 8)
+        expected = greedy_by_full_passes(model, prompt, 8)
         assert list(row[: len(expected)]) == expected
 
 

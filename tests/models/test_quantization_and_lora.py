@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from backend import greedy_by_full_passes
 
 from keras_tfam.layers import TiedEmbedding
 from keras_tfam.models import GPT2LM
@@ -18,13 +19,6 @@ def tiny():
 
 def numpy(x):
     return keras.ops.convert_to_numpy(x)
-
-
-def greedy_by_full_passes(model, prompt, steps):
-    tokens = list(prompt)
-    for _ in range(steps):
-        tokens.append(int(np.argmax(numpy(model(np.array([tokens], "int32")))[0, -1])))
-    return tokens
 
 
 def test_int8_tied_embedding_follows_the_absmax_formula_both_ways():

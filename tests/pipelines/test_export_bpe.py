@@ -44,29 +44,23 @@ def test_token_signatures_load_without_tensorflow_text(tmp_path):
     completion = tokenizer.detokenize(model.generate([ids], 5)[:, len(ids) :]).numpy()[0].decode()
 
     scalars = "temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0), seed=tf.constant(0)"
-    plain = _run(
+    # One process: the token-level signatures load before tensorflow_text is imported, then the text ones.
+    loaded = _run(
         f"""
         import json, sys
         import tensorflow as tf
         sig = tf.saved_model.load({version!r}).signatures
         out = sig["generate"](token_ids=tf.constant([{prompt}]), lengths=tf.constant([3]),
                               max_new_tokens=tf.constant(6), {scalars})["token_ids"].numpy()
-        print(json.dumps(dict(signatures=sorted(sig.keys()), tokens=out.tolist(),
-                              text_ops="tensorflow_text" in sys.modules)))
-        """,
-        str(tmp_path),
-    )
-    assert plain == {"signatures": ["generate", "serving_default"], "tokens": expected.tolist(), "text_ops": False}
-
-    text = _run(
-        f"""
-        import json
-        import tensorflow as tf
+        plain = dict(signatures=sorted(sig.keys()), tokens=out.tolist(), text_ops="tensorflow_text" in sys.modules)
         import tensorflow_text  # registers the ops of the BPE tokenizer's graph
         sig = tf.saved_model.load({text_version!r}).signatures
         out = sig["generate_text"](prompts=tf.constant(["The game"]), max_new_tokens=tf.constant(5), {scalars})
-        print(json.dumps(dict(signatures=sorted(sig.keys()), text=out["completions"].numpy()[0].decode())))
+        text = dict(signatures=sorted(sig.keys()), text=out["completions"].numpy()[0].decode())
+        print(json.dumps(dict(plain=plain, text=text)))
         """,
         str(tmp_path),
     )
+    plain, text = loaded["plain"], loaded["text"]
+    assert plain == {"signatures": ["generate", "serving_default"], "tokens": expected.tolist(), "text_ops": False}
     assert text == {"signatures": ["generate", "generate_text", "serving_default"], "text": completion}
