@@ -31,11 +31,13 @@ class HuggingFaceTokenizer:
         directory: a directory with `tokenizer.json` or `tokenizer.model`,
             and optionally `tokenizer_config.json`.
 
-    Example:
-
-    >>> tokenizer = HuggingFaceTokenizer("checkpoints/Llama-3.2-1B")
-    >>> ids = tokenizer.encode("The capital of France is")
-    >>> tokenizer.decode(ids)
+    Examples:
+        >>> tokenizer = HuggingFaceTokenizer("tests/fixtures/hf-llama-tiny")  # any checkpoint directory
+        >>> ids = tokenizer.encode("The game began development in 2010")
+        >>> ids[0] == tokenizer.bos_token_id
+        True
+        >>> tokenizer.decode(ids)
+        'The game began development in 2010'
     """
 
     def __init__(self, directory):

@@ -33,18 +33,20 @@ _DTYPES = {
 
 
 class SafetensorsCheckpoint:
-    """Lazy access to the tensors of a checkpoint directory (`model.safetensors`, or the shards named by
-    `model.safetensors.index.json`).
+    """Lazy access to the tensors of a checkpoint directory, one file or shards.
+
+    The directory holds `model.safetensors`, or the shards named by
+    `model.safetensors.index.json`.
 
     Every error names the file, and the tensor where one is at fault.
 
     Args:
         directory: the checkpoint directory.
 
-    Example:
-
-    >>> checkpoint = SafetensorsCheckpoint("path/to/llama")
-    >>> for name in checkpoint.names(): array = checkpoint.tensor(name)
+    Examples:
+        >>> checkpoint = SafetensorsCheckpoint("tests/fixtures/hf-llama-tiny")  # 4 shards and an index
+        >>> checkpoint.tensor("model.embed_tokens.weight").shape
+        (320, 32)
     """
 
     def __init__(self, directory):

@@ -45,13 +45,18 @@ _SEGMENTED_FROM = 256
 class DecodePlan:
     """The static decisions of one generation call.
 
-    Attributes:
+    Args:
         mode: `"full"`, `"ring"` or `"re-encode"` (see the module).
         window: positions a step attends to (`ring`, `re-encode`), or `None`.
         prefill_length: positions run in one pass before the loop, or `None`
             when the prompt lengths are not static (then `min(lengths) - 1`,
             or `0` when re-encoding would start at once).
         segment_ends: where full caches grow (positions below the buffer length).
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+        >>> plan_decoding(model, buffer_length=10, shortest_prompt=2)
+        DecodePlan(mode='full', window=None, prefill_length=1, segment_ends=())
     """
 
     mode: str

@@ -113,10 +113,14 @@ class Generator:
     padding. `Generator.for_model(model)` returns the model's own
     generator, so its compiled functions are reused.
 
-    Example:
+    Args:
+        model: a `DecodingModel`.
 
-    >>> generator = Generator(model)
-    >>> generator.generate([[464, 3290], [40]], max_new_tokens=32, sampler="top_p", seed=0)
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=2, num_heads=2, hidden_dim=32)
+        >>> generator = Generator(model)  # what `model.generate` uses
+        >>> generator.generate([[46, 32], [40]], max_new_tokens=8, sampler="top_p", seed=0).shape
+        (2, 10)
     """
 
     def __init__(self, model):
@@ -320,6 +324,14 @@ class GenerationMixin(DecodingModel):
 
     `model.generate(...)` is `Generator.for_model(model).generate(...)`: see
     `Generator.generate` for the arguments.
+
+    Args:
+        None: mixed into models whose constructors take their own arguments.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)  # a GenerationMixin
+        >>> model.generate([[5, 7], [9]], max_new_tokens=4).shape  # ragged prompts are right-padded
+        (2, 6)
     """
 
     def generate(self, token_ids, max_new_tokens, **options):

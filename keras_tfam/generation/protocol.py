@@ -6,12 +6,18 @@ from typing import Any, NamedTuple
 class DecodeStep(NamedTuple):
     """What `call_with_cache` returns, always this one structure.
 
-    Attributes:
+    Args:
         logits: float32 `(B, T, V)` next-token logits (or log-probabilities).
         cache: the updated caches (any nest of tensors, batch on axis 0).
         hidden_states: `(B, T, D)` final hidden states (the input of the
             output head), for models that declare `returns_hidden_states`;
             else `None`.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> step = model.call_with_cache(np.array([[5, 7, 9]]), model.init_cache(1, 8), 0)  # a prefill
+        >>> step.logits.shape, step.hidden_states.shape
+        ((1, 3, 64), (1, 3, 16))
     """
 
     logits: Any
@@ -47,6 +53,16 @@ class DecodingModel:
       prompt (rows of different lengths finish their prompts inside the
       loop); a model whose steps differ on prompt tokens (early exits) reads
       it. Otherwise the generator does not pass it.
+
+    Args:
+        None: a base that declares the protocol; a model's constructor takes
+            its own arguments.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> isinstance(model, DecodingModel), model.returns_hidden_states
+        (True, True)
+        >>> check_protocol(model)  # raises, naming what is missing, for a model that breaks it
     """
 
     sliding_window_cache = False
@@ -70,6 +86,20 @@ class DecodingWrapper(DecodingModel):
     A wrapper overrides what it changes (usually `call_with_cache`) and
     inherits the rest, so any decoding model can be wrapped, and wrappers
     stack. Subclasses set `self.wrapped` in their constructor.
+
+    Args:
+        None: a subclass takes the model it wraps in its own constructor.
+
+    Examples:
+        >>> class Tempered(DecodingWrapper):  # logits divided by 2: a flatter distribution
+        ...     def __init__(self, wrapped):
+        ...         self.wrapped = wrapped
+        ...     def call_with_cache(self, token_ids, cache, index, window=None, **options):
+        ...         step = self.wrapped.call_with_cache(token_ids, cache, index, window=window, **options)
+        ...         return DecodeStep(step.logits / 2.0, step.cache, step.hidden_states)
+        >>> model = Tempered(GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16))
+        >>> Generator(model).generate([[5, 7]], max_new_tokens=4, sampler="top_k", seed=0).shape
+        (1, 6)
     """
 
     wrapped = None

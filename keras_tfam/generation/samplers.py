@@ -66,6 +66,15 @@ class Sampler:
 
     Args:
         temperature: logits are divided by it before sampling.
+
+    Examples:
+        >>> class BanToken(Sampler):  # never samples token 0
+        ...     def filter(self, logits):
+        ...         return keras.ops.where(keras.ops.arange(logits.shape[-1]) == 0, float("-inf"), logits)
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> tokens = model.generate([[5, 7]], max_new_tokens=8, sampler=BanToken(), seed=0)
+        >>> bool((tokens[:, 2:] != 0).all())
+        True
     """
 
     def __init__(self, temperature=1.0):
@@ -88,7 +97,15 @@ class Sampler:
 
 
 class GreedySampler(Sampler):
-    """Always the most likely token (ties: the lowest id)."""
+    """Always the most likely token (ties: the lowest id).
+
+    Args:
+        None: greedy decoding has no setting.
+
+    Examples:
+        >>> keras.ops.convert_to_numpy(GreedySampler()(np.array([[0.1, 2.0, 2.0]], "float32"), None))
+        array([1], dtype=int32)
+    """
 
     def __init__(self):
         super().__init__()
@@ -101,7 +118,16 @@ class GreedySampler(Sampler):
 
 
 class RandomSampler(Sampler):
-    """Samples from `softmax(logits / temperature)`."""
+    """Samples from `softmax(logits / temperature)`.
+
+    Args:
+        temperature: logits are divided by it before sampling.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> model.generate([[5, 7]], max_new_tokens=4, sampler=RandomSampler(0.7), seed=0).shape
+        (1, 6)
+    """
 
 
 def top_k_filter(logits, k):
@@ -129,6 +155,11 @@ class TopKSampler(Sampler):
     Args:
         k: number of tokens kept.
         temperature: see `Sampler`.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> model.generate([[5, 7]], max_new_tokens=4, sampler=TopKSampler(k=5), seed=0).shape
+        (1, 6)
     """
 
     def __init__(self, k=50, temperature=1.0):
@@ -143,12 +174,19 @@ class TopKSampler(Sampler):
 
 
 class TopPSampler(Sampler):
-    """Nucleus sampling (Holtzman et al. 2020): the smallest set of most
-    likely tokens whose probability reaches `p`.
+    """Nucleus sampling (Holtzman et al. 2020).
+
+    Samples among the smallest set of most likely tokens whose probability
+    reaches `p`.
 
     Args:
         p: probability mass kept, in `(0, 1]`.
         temperature: see `Sampler`.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> model.generate([[5, 7]], max_new_tokens=4, sampler=TopPSampler(p=0.8), seed=0).shape
+        (1, 6)
     """
 
     def __init__(self, p=0.9, temperature=1.0):
@@ -190,6 +228,16 @@ class TensorSampler(Sampler):
     For serving signatures, where the settings arrive as inputs:
     `temperature <= 0` is greedy; `top_k <= 0` and `top_p >= 1` switch those
     filters off. `checks()` lists what the settings must satisfy.
+
+    Args:
+        temperature: float scalar tensor; `<= 0` is greedy.
+        top_k: int scalar tensor; `<= 0` keeps every token.
+        top_p: float scalar tensor in `(0, 1]`; `>= 1` keeps every token.
+
+    Examples:
+        >>> sampler = TensorSampler(temperature=0.0, top_k=0, top_p=1.0)  # greedy
+        >>> keras.ops.convert_to_numpy(sampler(np.array([[0.1, 2.0, 0.3]], "float32"), 0))
+        array([1], dtype=int32)
     """
 
     def __init__(self, temperature, top_k, top_p):
@@ -238,8 +286,7 @@ SAMPLERS = {
 
 
 def get_sampler(sampler="greedy", **kwargs):
-    """A `Sampler` from a name in `SAMPLERS` (with its keyword arguments),
-    a `Sampler`, or a keras-hub sampler."""
+    """A `Sampler` from a name in `SAMPLERS` (with its keyword arguments), a `Sampler`, or a keras-hub sampler."""
     if isinstance(sampler, Sampler):
         if kwargs:
             raise ValueError(f"Sampler options go to its constructor, not here. Received: {kwargs}")

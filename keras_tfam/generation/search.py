@@ -25,6 +25,10 @@ class Sampling:
 
     Args:
         sampler: a `Sampler`, a name in `SAMPLERS`, or a keras-hub sampler.
+
+    Examples:
+        >>> Sampling("top_k").sampler.k  # what generate(..., sampler="top_k") searches with
+        50
     """
 
     beam_size = 1
@@ -71,6 +75,11 @@ class BeamSearch:
     Args:
         beam_size: hypotheses per prompt.
         length_penalty: `alpha` of the GNMT penalty; 0 ranks by score alone.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> model.generate([[5, 7]], max_new_tokens=4, beam_size=3).shape  # BeamSearch(3)
+        (1, 6)
     """
 
     def __init__(self, beam_size=4, length_penalty=0.0):

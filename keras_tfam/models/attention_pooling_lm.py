@@ -39,11 +39,11 @@ class AttentionPoolingLM(GenerationMixin, FunctionalModel):
     before the text is filled with id 0 on the left, as short texts are
     padded for training).
 
-    Example:
-
-    >>> model = AttentionPoolingLM(33278, context_length=64, num_layers=2, num_heads=4, hidden_dim=128)
-    >>> model(token_windows).shape
-    (B, 33278)
+    Examples:
+        >>> model = AttentionPoolingLM(1000, context_length=16, num_layers=2, num_heads=4, hidden_dim=32)
+        >>> token_windows = np.random.randint(0, 1000, size=(8, 16))  # the 16 tokens before each target
+        >>> model(token_windows).shape
+        (8, 1000)
     """
 
     def __init__(

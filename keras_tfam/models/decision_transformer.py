@@ -56,12 +56,16 @@ class DecisionTransformer(FunctionalModel):
     Returns:
         float32 action logits `(B, T, num_actions)`; row `t` predicts `a_t`.
 
-    Example:
-
-    >>> model = DecisionTransformer(state_dim=11, num_actions=4, max_timestep=1000)
-    >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    >>> model.fit({"returns_to_go": R, "states": S, "actions": A, "timesteps": t}, A)
-    >>> next_action = model.predict(trajectory)[:, -1].argmax(-1)
+    Examples:
+        >>> model = DecisionTransformer(state_dim=11, num_actions=4, max_timestep=1000, hidden_dim=32, num_layers=1)
+        >>> trajectories = {  # 8 trajectories of 20 steps
+        ...     "returns_to_go": np.random.rand(8, 20), "states": np.random.rand(8, 20, 11),
+        ...     "actions": np.random.randint(0, 4, (8, 20)), "timesteps": np.tile(np.arange(20), (8, 1))}
+        >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        >>> history = model.fit(trajectories, trajectories["actions"], epochs=1, verbose=0)
+        >>> next_actions = model.predict(trajectories, verbose=0)[:, -1].argmax(-1)
+        >>> next_actions.shape
+        (8,)
     """
 
     def __init__(

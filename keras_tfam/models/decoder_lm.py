@@ -118,12 +118,14 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         dtype: dtype policy of every layer (e.g. `"mixed_bfloat16"`); the
             logits are float32 regardless.
 
-    Example:
-
-    >>> model = DecoderLM.from_preset("gpt2_tiny", vocabulary_size=8192)  # or from_huggingface(directory)
-    >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    >>> model.fit(token_ids, next_token_ids)
-    >>> model.generate([[464, 3290]], max_new_tokens=20, sampler="top_p")
+    Examples:
+        >>> model = DecoderLM(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32,
+        ...                   position="rotary", norm="rms", activation="swiglu", num_key_value_heads=2)
+        >>> tokens = np.random.randint(0, 1000, size=(8, 17))
+        >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        >>> history = model.fit(tokens[:, :-1], tokens[:, 1:], epochs=1, verbose=0)
+        >>> model.generate([[464, 329]], max_new_tokens=20, sampler="top_p", seed=0).shape
+        (1, 22)
     """
 
     # The constructor arguments a training config may set, with their type or
@@ -445,12 +447,14 @@ class DecoderLM(GenerationMixin, FunctionalModel):
             model_parallel_dim_name: the mesh axis the weights are split on.
             data_parallel_dim_name: the mesh axis the batch is split on.
 
-        Example:
-
-        >>> mesh = keras.distribution.DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
-        >>> layout_map = DecoderLM.get_layout_map(mesh)
-        >>> with keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch").scope():
-        ...     model = DecoderLM.from_preset("gpt2_tiny", vocabulary_size=8192)
+        Examples:
+            >>> devices = keras.distribution.list_devices()
+            >>> mesh = keras.distribution.DeviceMesh((1, len(devices)), ["batch", "model"], devices)
+            >>> layout_map = DecoderLM.get_layout_map(mesh)
+            >>> model = DecoderLM(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32)
+            >>> query = model.transformer_blocks[0].self_attention_layer.query_dense.kernel
+            >>> layout_map[query.path].axes  # (hidden, heads * head_dim): the heads split over "model"
+            ('batch', 'model')
         """
         if not isinstance(device_mesh, keras.distribution.DeviceMesh):
             raise ValueError(

@@ -75,12 +75,15 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
         float32 logits `(B, T, V)` of the last layer; `(logits, hidden
         (B, T, D))` with `return_hidden_states`.
 
-    Example:
-
-    >>> model = EarlyExitLM(GPT2LM.from_preset("gpt2_tiny", vocabulary_size=8192), threshold=0.9)
-    >>> calm = model.layer_logits_model()
-    >>> calm.compile("adamw", [ce] * 4, loss_weights=EarlyExitLM.calm_loss_weights(4))
-    >>> model.generate([[464, 3290]], max_new_tokens=20, sampler="top_p", seed=0)
+    Examples:
+        >>> model = EarlyExitLM(GPT2LM(vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=32), threshold=0.9)
+        >>> calm = model.layer_logits_model()  # trains every layer's exit (CALM's weighted loss)
+        >>> ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        >>> calm.compile("adamw", [ce] * 2, loss_weights=EarlyExitLM.calm_loss_weights(2))
+        >>> tokens = np.random.randint(0, 1000, size=(8, 17))
+        >>> history = calm.fit(tokens[:, :-1], [tokens[:, 1:]] * 2, epochs=1, verbose=0)
+        >>> model.generate([[464, 329]], max_new_tokens=8, sampler="top_p", seed=0).shape
+        (1, 10)
     """
 
     def __init__(self, backbone, confidence="softmax_response", threshold=1.0, **kwargs):

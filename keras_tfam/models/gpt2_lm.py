@@ -13,8 +13,15 @@ class GPT2LM(DecoderLM):
 
     Every `DecoderLM` argument is accepted; see `DecoderLM` for them.
 
-    Example:
+    Args:
+        vocabulary_size: token ids are in `[0, vocabulary_size)`.
+        num_layers: decoder blocks.
+        num_heads: attention heads.
+        hidden_dim: width of the residual stream.
+        **kwargs: the other arguments of `DecoderLM`, with GPT-2's defaults.
 
-    >>> model = GPT2LM.from_preset("gpt2_tiny", vocabulary_size=8192)
-    >>> model.generate([[464, 3290]], max_new_tokens=20)
+    Examples:
+        >>> model = GPT2LM.from_preset("gpt2_tiny", vocabulary_size=8192)
+        >>> model.generate([[464, 3290]], max_new_tokens=20).shape
+        (1, 22)
     """

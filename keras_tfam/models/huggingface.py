@@ -19,9 +19,11 @@ def from_huggingface(directory, **overrides):
         **overrides: `DecoderLM` arguments replacing the config's, e.g.
             `dtype="bfloat16"` to keep a bfloat16 checkpoint in bfloat16.
 
-    Example:
-
-    >>> model = from_huggingface("checkpoints/Llama-3.2-1B")
-    >>> model.generate([[128000, 791, 6864]], max_new_tokens=20)
+    Examples:
+        >>> model = from_huggingface("tests/fixtures/hf-llama-tiny")  # any local checkpoint directory
+        >>> type(model).__name__, model.num_key_value_heads
+        ('DecoderLM', 2)
+        >>> model.generate([[0, 53, 259]], max_new_tokens=20).shape
+        (1, 23)
     """
     return checkpoint_loader("huggingface")(directory, None, **overrides)

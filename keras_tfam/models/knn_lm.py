@@ -44,11 +44,15 @@ class KNNLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
     Returns:
         float32 log-probabilities `(B, T, V)`.
 
-    Example:
-
-    >>> datastore = Datastore.from_model(lm, train_inputs, train_targets, k=64)
-    >>> knn_lm = KNNLM(lm, datastore, interpolation=0.25)
-    >>> log_probabilities = knn_lm(token_ids)
+    Examples:
+        >>> lm = GPT2LM(vocabulary_size=100, num_layers=2, num_heads=2, hidden_dim=32)
+        >>> corpus = np.random.randint(0, 100, size=(4, 33))  # the datastore's text, as windows
+        >>> datastore = Datastore.from_model(lm, corpus[:, :-1], corpus[:, 1:], k=8)
+        >>> knn_lm = KNNLM(lm, datastore, interpolation=0.25)
+        >>> knn_lm(np.array([[5, 7, 9]])).shape  # log-probabilities
+        (1, 3, 100)
+        >>> knn_lm.generate([[5, 7, 9]], max_new_tokens=4).shape
+        (1, 7)
     """
 
     def __init__(self, lm, datastore, interpolation=0.25, **kwargs):

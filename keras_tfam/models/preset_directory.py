@@ -85,10 +85,15 @@ def load_preset(directory, cls=None, **overrides):
             accepted here so that `from_preset(name, **overrides)` can pass
             them on and get the error.
 
-    Example:
-
-    >>> model.save_to_preset("presets/my_lm", tokenizer=tokenizer)
-    >>> model = load_preset("presets/my_lm")
+    Examples:
+        >>> import tempfile
+        >>> model = from_huggingface("tests/fixtures/hf-llama-tiny")
+        >>> tokenizer = HuggingFaceTokenizer("tests/fixtures/hf-llama-tiny")
+        >>> directory = tempfile.mkdtemp()
+        >>> model.save_to_preset(directory, tokenizer=tokenizer)  # fine-tuned weights, config, tokenizer files
+        >>> loaded = load_preset(directory)
+        >>> type(loaded).__name__, HuggingFaceTokenizer(directory).encode("The game") == tokenizer.encode("The game")
+        ('DecoderLM', True)
     """
     if overrides:
         raise ValueError(

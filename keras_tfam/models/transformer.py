@@ -43,11 +43,13 @@ class Transformer(DecodingModel, FunctionalModel):
         activation: feed-forward activation (paper: `"relu"`).
         pad_token_id: the padding id.
 
-    Example:
-
-    >>> model = Transformer(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=128)
-    >>> logits = model({"source": source_ids, "target": target_ids})
-    >>> model.generate(source_ids, start_token_id=1, stop_token_id=2, max_length=20, beam_size=4)
+    Examples:
+        >>> model = Transformer(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32)
+        >>> source_ids, target_ids = np.random.randint(3, 1000, size=(2, 4, 12))
+        >>> model({"source": source_ids, "target": target_ids}).shape
+        (4, 12, 1000)
+        >>> model.generate(source_ids, start_token_id=1, stop_token_id=2, max_length=20, beam_size=4).shape
+        (4, 20)
     """
 
     def __init__(

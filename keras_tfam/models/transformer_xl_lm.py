@@ -74,12 +74,14 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
         use_bias: biases in the dense layers.
         dtype: dtype policy; the logits are float32 regardless.
 
-    Example:
-
-    >>> model = TransformerXLLM(8192, num_layers=4, num_heads=4, hidden_dim=256, memory_length=128)
-    >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    >>> model.fit(stateful_stream)   # consecutive batches are consecutive text per row
-    >>> model.generate([[464, 3290]], max_new_tokens=20)
+    Examples:
+        >>> model = TransformerXLLM(1000, num_layers=2, num_heads=2, hidden_dim=32, memory_length=16)
+        >>> model.compile("adamw", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        >>> text = np.random.randint(0, 1000, size=(4, 65))  # 4 streams, one row each
+        >>> # Consecutive batches are consecutive segments of each row's text: no shuffling.
+        >>> history = model.fit(text[:, :-1], text[:, 1:], batch_size=4, shuffle=False, epochs=1, verbose=0)
+        >>> model.generate([[464, 329]], max_new_tokens=20).shape
+        (1, 22)
     """
 
     # The pipeline reads this: consecutive batches must be consecutive text.

@@ -168,11 +168,10 @@ def scaled_dot_product_attention(
     Returns:
         `(B, T, N, Hv)` in the dtype of `value`, and the weights if asked.
 
-    Example:
-
-    >>> q = k = v = keras.random.normal((2, 5, 4, 8))
-    >>> scaled_dot_product_attention(q, k, v, causal_mask(5)).shape
-    (2, 5, 4, 8)
+    Examples:
+        >>> q = k = v = keras.random.normal((2, 5, 4, 8))
+        >>> scaled_dot_product_attention(q, k, v, causal_mask(5)).shape
+        (2, 5, 4, 8)
     """
     _head_counts(query, key, value)
     weights = attention_weights(query, key, attention_mask, bias, scale)

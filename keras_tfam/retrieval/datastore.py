@@ -60,10 +60,14 @@ class Datastore(keras.layers.Layer):
     Returns:
         float32 `p_kNN`, `(B, T, V)`; every row sums to 1.
 
-    Example:
-
-    >>> datastore = Datastore.from_model(lm, inputs, targets, k=64)
-    >>> p_knn = datastore(hidden_states)
+    Examples:
+        >>> lm = GPT2LM(vocabulary_size=100, num_layers=2, num_heads=2, hidden_dim=32)
+        >>> corpus = np.random.randint(0, 100, size=(4, 33))
+        >>> datastore = Datastore.from_model(lm, corpus[:, :-1], corpus[:, 1:], k=8)
+        >>> datastore.size  # one entry per (context, next token) pair
+        128
+        >>> datastore(keras.random.normal((1, 3, 32))).shape  # p_kNN of 3 queries
+        (1, 3, 100)
     """
 
     def __init__(self, size, key_dim, vocabulary_size, k=64, temperature=1.0, chunk_size=16384, **kwargs):

@@ -46,9 +46,11 @@ def nearest_neighbors(queries, keys, k, metric="l2", key_mask=None, chunk_size=N
         `(distances (..., Q, k) float32, indices (..., Q, k) int32)`; for
         `"inner_product"` the first tensor holds the scores `q . k`.
 
-    Example:
-
-    >>> distances, indices = nearest_neighbors(queries, datastore_keys, k=8)
+    Examples:
+        >>> keys = np.random.rand(1000, 16).astype("float32")
+        >>> distances, indices = nearest_neighbors(keys[:3], keys, k=8)
+        >>> keras.ops.convert_to_numpy(indices)[:, 0]  # each key is its own nearest
+        array([0, 1, 2], dtype=int32)
     """
     if metric not in METRICS:
         raise ValueError(f"`metric` must be one of {METRICS}. Received: metric={metric!r}")

@@ -42,10 +42,9 @@ class AdaptiveComputationTime(keras.layers.Layer):
         `(B, T, D)` mean-field outputs (float32 sums cast to the compute
         dtype); with `return_halting`, `(outputs, weights, steps)`.
 
-    Example:
-
-    >>> act = AdaptiveComputationTime(epsilon=0.01, ponder_cost_weight=0.01)
-    >>> outputs = act(keras.random.normal((2, 6, 10, 32)))  # 6 steps, 10 positions
+    Examples:
+        >>> act = AdaptiveComputationTime(epsilon=0.01, ponder_cost_weight=0.01)
+        >>> outputs = act(keras.random.normal((2, 6, 10, 32)))  # 6 steps, 10 positions
     """
 
     def __init__(

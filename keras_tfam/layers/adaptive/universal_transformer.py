@@ -50,12 +50,11 @@ class UniversalTransformer(keras.layers.Layer):
     Returns:
         `(B, T, D)`; `(outputs, weights, steps)` with `return_halting`.
 
-    Example:
-
-    >>> block = TransformerEncoderBlock(num_heads=8, intermediate_dim=2048)
-    >>> ut = UniversalTransformer(block, max_steps=8, halting=AdaptiveComputationTime())
-    >>> ut(keras.random.normal((2, 16, 512))).shape
-    (2, 16, 512)
+    Examples:
+        >>> block = TransformerEncoderBlock(num_heads=8, intermediate_dim=2048)
+        >>> ut = UniversalTransformer(block, max_steps=8, halting=AdaptiveComputationTime())
+        >>> ut(keras.random.normal((2, 16, 512))).shape
+        (2, 16, 512)
     """
 
     def __init__(self, block, max_steps, halting=None, max_wavelength=10000, **kwargs):

@@ -46,7 +46,34 @@ class BaseAttention(keras.layers.Layer):
     (a cached call is causal whatever `use_causal_mask` says),
     `call_inputs` (the names of the kind's own call arguments).
 
-    Args: the constructor arguments documented on `MultiHeadAttention`.
+    Args:
+        num_heads: query heads `N`.
+        key_dim: size `H` of each query and key head.
+        value_dim: size of each value head; default `key_dim`.
+        num_key_value_heads: key/value heads (grouped-query attention);
+            default `num_heads`.
+        output_dim: width of the output; default the query's.
+        use_bias: biases on the projections.
+        dropout: dropout on the attention weights.
+        position: an `AttentionPositionScheme`, or `None`.
+        scale: the scores' scale; default `1 / sqrt(key_dim)`.
+        kernel_initializer: initializer of the projections.
+        bias_initializer: initializer of their biases.
+        output_kernel_initializer: initializer of the output projection;
+            default `kernel_initializer`.
+        pattern: a sparse `AttentionPattern`, or `None`.
+        qkv_bias: biases on the query, key and value projections only;
+            default `use_bias`.
+
+    Examples:
+        >>> isinstance(PerformerAttention(4, 8), BaseAttention)  # every kind is one
+        True
+        >>> attention = MultiHeadAttention(4, 8, num_key_value_heads=2)
+        >>> x = keras.random.normal((2, 6, 32))
+        >>> cache = attention.init_cache(2, 6)  # decoding: one token at a time into the cache
+        >>> y, cache = attention(x[:, :1], cache=cache, cache_update_index=0)
+        >>> y.shape
+        (2, 1, 32)
     """
 
     self_attention_only = False

@@ -30,16 +30,15 @@ class CosineAttention(MultiHeadAttention):
     memory and grouped key/value heads are the base's.
 
     Args:
-        num_heads, key_dim, and the rest of `MultiHeadAttention`'s
+        num_heads, key_dim: and the rest of `MultiHeadAttention`'s
             arguments but `scale` (the temperature is learned).
         temperature_initializer: initializer of `s = log(1 / tau)`;
             default `log 10`.
 
-    Example:
-
-    >>> attention = CosineAttention(num_heads=8, key_dim=64, position=RelativePositionBias(8))
-    >>> attention(keras.random.normal((2, 49, 512))).shape
-    (2, 49, 512)
+    Examples:
+        >>> attention = CosineAttention(num_heads=8, key_dim=64, position=RelativePositionBias(8))
+        >>> attention(keras.random.normal((2, 49, 512))).shape
+        (2, 49, 512)
     """
 
     def __init__(self, num_heads, key_dim, temperature_initializer=None, **kwargs):

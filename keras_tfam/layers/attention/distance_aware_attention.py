@@ -44,9 +44,10 @@ class DistanceAwareAttention(MultiHeadAttention):
     kept so that half-precision scores stay in range.
 
     Args:
-        num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
-        use_bias, dropout, kernel_initializer, bias_initializer,
-        output_kernel_initializer: as in `MultiHeadAttention`.
+        num_heads, key_dim: as in `MultiHeadAttention`, and so are
+            `value_dim`, `num_key_value_heads`, `output_dim`, `use_bias`,
+            `dropout`, `kernel_initializer`, `bias_initializer` and
+            `output_kernel_initializer`.
         distance_weight_initializer: initializer of the per-head `w`
             (default zeros: every head starts as plain ReLU attention).
         sharpness_initializer: initializer of the per-head `v` (default
@@ -65,11 +66,10 @@ class DistanceAwareAttention(MultiHeadAttention):
         `(B, T, output_dim)`; `(outputs, cache)` with a cache; and the
         weights with `return_attention_scores`.
 
-    Example:
-
-    >>> attention = DistanceAwareAttention(num_heads=8, key_dim=32)
-    >>> attention(keras.random.normal((2, 50, 256))).shape
-    (2, 50, 256)
+    Examples:
+        >>> attention = DistanceAwareAttention(num_heads=8, key_dim=32)
+        >>> attention(keras.random.normal((2, 50, 256))).shape
+        (2, 50, 256)
     """
 
     accepts_position = False

@@ -194,9 +194,10 @@ class LinearAttention(MultiHeadAttention):
     pattern is local; a KV cache, a ring when its `lookback` is bounded).
 
     Args:
-        num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
-        use_bias, kernel_initializer, bias_initializer,
-        output_kernel_initializer: as in `MultiHeadAttention`.
+        num_heads, key_dim: as in `MultiHeadAttention`, and so are
+            `value_dim`, `num_key_value_heads`, `output_dim`, `use_bias`,
+            `kernel_initializer`, `bias_initializer` and
+            `output_kernel_initializer`.
         feature_map: `"elu"`, `"exp"` or a `FeatureMap`.
         position: `RotaryEmbedding` or `None`.
         chunk_size: positions per chunk of the causal parallel form.
@@ -210,11 +211,10 @@ class LinearAttention(MultiHeadAttention):
     Returns:
         `(B, T, output_dim)`, or `(outputs, cache)` with a cache.
 
-    Example:
-
-    >>> attention = LinearAttention(num_heads=8, key_dim=64, feature_map="elu")
-    >>> attention(keras.random.normal((2, 4096, 512)), use_causal_mask=True).shape
-    (2, 4096, 512)
+    Examples:
+        >>> attention = LinearAttention(num_heads=8, key_dim=64, feature_map="elu")
+        >>> attention(keras.random.normal((2, 4096, 512)), use_causal_mask=True).shape
+        (2, 4096, 512)
     """
 
     # No attention weights to drop out: models skip their attention dropout.

@@ -32,10 +32,11 @@ class LinformerAttention(MultiHeadAttention):
     longer ones are refused. Padded keys are zeroed before the projection.
 
     Args:
-        num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
-        use_bias, dropout, position, scale, kernel_initializer,
-        bias_initializer, output_kernel_initializer: as in
-        `MultiHeadAttention` (`position`: rotary only).
+        num_heads, key_dim: as in `MultiHeadAttention`, and so are
+            `value_dim`, `num_key_value_heads`, `output_dim`, `use_bias`,
+            `dropout`, `position` (rotary only), `scale`,
+            `kernel_initializer`, `bias_initializer` and
+            `output_kernel_initializer`.
         sequence_length: `n`, the longest key sequence.
         projected_length: `k <= n`, the projected positions.
         sharing: `"headwise"`, `"key_value"` or `"none"`.
@@ -54,11 +55,10 @@ class LinformerAttention(MultiHeadAttention):
         `(B, T, output_dim)`, or `(outputs, weights)` with
         `return_attention_scores`.
 
-    Example:
-
-    >>> attention = LinformerAttention(num_heads=8, key_dim=64, sequence_length=4096, projected_length=256)
-    >>> attention(keras.random.normal((2, 4096, 512))).shape
-    (2, 4096, 512)
+    Examples:
+        >>> attention = LinformerAttention(num_heads=8, key_dim=64, sequence_length=4096, projected_length=256)
+        >>> attention(keras.random.normal((2, 4096, 512))).shape
+        (2, 4096, 512)
     """
 
     supports_causal = False

@@ -46,10 +46,11 @@ class LSHAttention(SeededDraws, BucketedAttention):
     at every step: `redraw=1`).
 
     Args:
-        num_heads, key_dim, value_dim, output_dim, use_bias, dropout,
-        position, scale, kernel_initializer, bias_initializer,
-        output_kernel_initializer: as in `MultiHeadAttention` (`position`:
-        rotary only; no key projection, no grouped key/value heads).
+        num_heads, key_dim: as in `MultiHeadAttention` (no key projection,
+            no grouped key/value heads), and so are `value_dim`,
+            `output_dim`, `use_bias`, `dropout`, `position` (rotary only),
+            `scale`, `kernel_initializer`, `bias_initializer` and
+            `output_kernel_initializer`.
         num_buckets: buckets per round, even (`argmax` over `b/2` rotated
             coordinates and their negatives), or 1 (no hashing).
         num_hashes: hash rounds.
@@ -66,11 +67,10 @@ class LSHAttention(SeededDraws, BucketedAttention):
     Returns:
         `(B, T, output_dim)`, or `(outputs, cache)` with a cache.
 
-    Example:
-
-    >>> attention = LSHAttention(num_heads=4, key_dim=64, num_buckets=64, num_hashes=2, chunk_length=64)
-    >>> attention(keras.random.normal((2, 4096, 256)), use_causal_mask=True).shape
-    (2, 4096, 256)
+    Examples:
+        >>> attention = LSHAttention(num_heads=4, key_dim=64, num_buckets=64, num_hashes=2, chunk_length=64)
+        >>> attention(keras.random.normal((2, 4096, 256)), use_causal_mask=True).shape
+        (2, 4096, 256)
     """
 
     shares_query_key = True

@@ -35,10 +35,11 @@ class MemorizingAttention(MultiHeadAttention):
     attention; memory keys carry no position, as in the paper.
 
     Args:
-        num_heads, key_dim, num_key_value_heads, output_dim, use_bias,
-        dropout, position, scale, kernel_initializer, bias_initializer,
-        output_kernel_initializer: as in `MultiHeadAttention` (values and
-            keys have the same size: `value_dim` is `key_dim`).
+        num_heads, key_dim: as in `MultiHeadAttention` (values and keys have
+            the same size: `value_dim` is `key_dim`), and so are
+            `num_key_value_heads`, `output_dim`, `use_bias`, `dropout`,
+            `position`, `scale`, `kernel_initializer`, `bias_initializer`
+            and `output_kernel_initializer`.
         memory_size: slots `M` of the memory.
         num_neighbors: memories retrieved per query and head, `1 <= k <= M`.
         gate_initializer: initializer of the per-head gate bias `b_g`.
@@ -59,13 +60,15 @@ class MemorizingAttention(MultiHeadAttention):
     Returns:
         `(B, T, output_dim)`.
 
-    Example:
-
-    >>> layer = MemorizingAttention(num_heads=8, key_dim=64, memory_size=4096, num_neighbors=32)
-    >>> store, filled = layer.init_knn_memory(batch_size=2)
-    >>> for segment in segments:  # (2, 512, 512) each
-    ...     outputs = layer(segment, knn_memory=store, knn_memory_mask=filled, use_causal_mask=True)
-    ...     store, filled = layer.update_knn_memory(store, filled, segment)
+    Examples:
+        >>> layer = MemorizingAttention(num_heads=2, key_dim=8, memory_size=64, num_neighbors=4)
+        >>> store, filled = layer.init_knn_memory(batch_size=2)
+        >>> segments = keras.random.normal((3, 2, 16, 16))  # 3 consecutive segments of (2, 16, 16)
+        >>> for segment in segments:
+        ...     outputs = layer(segment, knn_memory=store, knn_memory_mask=filled, use_causal_mask=True)
+        ...     store, filled = layer.update_knn_memory(store, filled, segment)
+        >>> outputs.shape
+        (2, 16, 16)
     """
 
     def __init__(self, num_heads, key_dim, memory_size, num_neighbors=32, gate_initializer="zeros", **kwargs):

@@ -144,13 +144,12 @@ class MultiHeadAttention(BaseAttention):
         `(B, T, output_dim)`; `(outputs, cache)` when a cache is passed;
         `(outputs, weights)` with `return_attention_scores` and no cache.
 
-    Example:
-
-    >>> attention = MultiHeadAttention(num_heads=8, key_dim=64, num_key_value_heads=2,
-    ...                                position=RotaryEmbedding())
-    >>> x = keras.random.normal((2, 16, 512))
-    >>> attention(x, use_causal_mask=True).shape
-    (2, 16, 512)
+    Examples:
+        >>> attention = MultiHeadAttention(num_heads=8, key_dim=64, num_key_value_heads=2,
+        ...                                position=RotaryEmbedding())
+        >>> x = keras.random.normal((2, 16, 512))
+        >>> attention(x, use_causal_mask=True).shape
+        (2, 16, 512)
     """
 
 

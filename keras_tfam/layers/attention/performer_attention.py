@@ -27,7 +27,7 @@ class PerformerAttention(LinearAttention):
     during training).
 
     Args:
-        num_heads, key_dim, and the rest of `LinearAttention`'s arguments
+        num_heads, key_dim: and the rest of `LinearAttention`'s arguments
             (`feature_map` excepted).
         num_features: random features `m` per head (the paper: `H log H`).
         features: `"positive"` (FAVOR+) or `"trigonometric"`.
@@ -42,11 +42,10 @@ class PerformerAttention(LinearAttention):
     Returns:
         `(B, T, output_dim)`, or `(outputs, cache)` with a cache.
 
-    Example:
-
-    >>> attention = PerformerAttention(num_heads=8, key_dim=64, num_features=256, seed=0)
-    >>> attention(keras.random.normal((2, 4096, 512)), use_causal_mask=True).shape
-    (2, 4096, 512)
+    Examples:
+        >>> attention = PerformerAttention(num_heads=8, key_dim=64, num_features=256, seed=0)
+        >>> attention(keras.random.normal((2, 4096, 512)), use_causal_mask=True).shape
+        (2, 4096, 512)
     """
 
     example_options = ({"num_features": 16, "seed": 0}, {"num_features": 8, "features": "trigonometric", "seed": 1})

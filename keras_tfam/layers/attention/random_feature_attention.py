@@ -29,7 +29,7 @@ class RandomFeatureAttention(LinearAttention):
     no windowed form (its state already forgets).
 
     Args:
-        num_heads, key_dim, and the rest of `LinearAttention`'s arguments
+        num_heads, key_dim: and the rest of `LinearAttention`'s arguments
             (`feature_map` excepted).
         num_features: random frequencies `m` per head (`2m` features).
         gating: RFA-Gate's gated recurrence.
@@ -43,11 +43,10 @@ class RandomFeatureAttention(LinearAttention):
     Returns:
         `(B, T, output_dim)`, or `(outputs, cache)` with a cache.
 
-    Example:
-
-    >>> attention = RandomFeatureAttention(num_heads=4, key_dim=64, num_features=128, gating=True, seed=0)
-    >>> attention(keras.random.normal((2, 1024, 256)), use_causal_mask=True).shape
-    (2, 1024, 256)
+    Examples:
+        >>> attention = RandomFeatureAttention(num_heads=4, key_dim=64, num_features=128, gating=True, seed=0)
+        >>> attention(keras.random.normal((2, 1024, 256)), use_causal_mask=True).shape
+        (2, 1024, 256)
     """
 
     example_options = ({"num_features": 8, "seed": 0}, {"num_features": 8, "gating": True, "seed": 1})

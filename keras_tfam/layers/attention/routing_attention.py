@@ -39,10 +39,11 @@ class RoutingAttention(SeededDraws, BucketedAttention):
     query whose cluster holds no key it may see gets zeros.
 
     Args:
-        num_heads, key_dim, value_dim, num_key_value_heads, output_dim,
-        use_bias, dropout, position, scale, kernel_initializer,
-        bias_initializer, output_kernel_initializer: as in
-        `MultiHeadAttention` (`position`: rotary only).
+        num_heads, key_dim: as in `MultiHeadAttention`, and so are
+            `value_dim`, `num_key_value_heads`, `output_dim`, `use_bias`,
+            `dropout`, `position` (rotary only), `scale`,
+            `kernel_initializer`, `bias_initializer` and
+            `output_kernel_initializer`.
         num_clusters: centroids per head.
         chunk_length: positions per chunk; a sequence longer than it must
             be a multiple of it.
@@ -59,11 +60,10 @@ class RoutingAttention(SeededDraws, BucketedAttention):
     Returns:
         `(B, T, output_dim)`, or `(outputs, cache)` with a cache.
 
-    Example:
-
-    >>> attention = RoutingAttention(num_heads=4, key_dim=64, num_clusters=16, chunk_length=64)
-    >>> attention(keras.random.normal((2, 4096, 256)), use_causal_mask=True).shape
-    (2, 4096, 256)
+    Examples:
+        >>> attention = RoutingAttention(num_heads=4, key_dim=64, num_clusters=16, chunk_length=64)
+        >>> attention(keras.random.normal((2, 4096, 256)), use_causal_mask=True).shape
+        (2, 4096, 256)
     """
 
     example_options = ({"num_clusters": 3, "chunk_length": 4, "seed": 0},)

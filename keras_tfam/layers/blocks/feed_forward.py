@@ -48,10 +48,9 @@ class FeedForward(keras.layers.Layer):
     Returns:
         `(..., output_dim)`.
 
-    Example:
-
-    >>> FeedForward(2048, activation="swiglu")(keras.random.normal((2, 5, 512))).shape
-    (2, 5, 512)
+    Examples:
+        >>> FeedForward(2048, activation="swiglu")(keras.random.normal((2, 5, 512))).shape
+        (2, 5, 512)
     """
 
     def __init__(

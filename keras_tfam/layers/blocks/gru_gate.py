@@ -32,10 +32,11 @@ class GRUGate(keras.layers.Layer):
     Returns:
         `(..., D)`.
 
-    Example:
-
-    >>> gate = GRUGate(gate_bias=2.0)
-    >>> x = gate(x, keras.ops.relu(attention(x)))
+    Examples:
+        >>> gate, attention = GRUGate(gate_bias=2.0), MultiHeadAttention(4, 8)
+        >>> x = keras.random.normal((2, 10, 32))
+        >>> gate(x, keras.ops.relu(attention(x))).shape
+        (2, 10, 32)
     """
 
     def __init__(self, gate_bias=2.0, kernel_initializer="glorot_uniform", **kwargs):

@@ -23,10 +23,10 @@ class ReversibleBlock(TransformerBlockBase):
     construction (inside `F` and `G`).
 
     Args:
-        num_heads, intermediate_dim, key_dim, num_key_value_heads,
-        activation, norm, norm_epsilon, use_bias, position,
-        kernel_initializer, bias_initializer, output_kernel_initializer: as
-            in `TransformerEncoderBlock`.
+        num_heads, intermediate_dim: as in `TransformerEncoderBlock`, and so
+            are `key_dim`, `num_key_value_heads`, `activation`, `norm`,
+            `norm_epsilon`, `use_bias`, `position`, `kernel_initializer`,
+            `bias_initializer` and `output_kernel_initializer`.
         attention: a layer replacing the default `MultiHeadAttention`
             (called as `attention(x, x, use_causal_mask=...)`).
         use_causal_mask: whether the attention is causal.
@@ -38,11 +38,10 @@ class ReversibleBlock(TransformerBlockBase):
     Returns:
         `(B, T, 2D)`: `y1, y2` side by side.
 
-    Example:
-
-    >>> block = ReversibleBlock(num_heads=4, intermediate_dim=1024, use_causal_mask=True)
-    >>> block(keras.random.normal((2, 16, 512))).shape
-    (2, 16, 512)
+    Examples:
+        >>> block = ReversibleBlock(num_heads=4, intermediate_dim=1024, use_causal_mask=True)
+        >>> block(keras.random.normal((2, 16, 512))).shape
+        (2, 16, 512)
     """
 
     _LAYER_ARGUMENTS = ("position", "attention")

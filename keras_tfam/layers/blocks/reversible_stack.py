@@ -38,11 +38,10 @@ class ReversibleStack(keras.layers.Layer):
         `(B, T, 2D)`: the two output streams side by side (Reformer
         concatenates them before its final norm).
 
-    Example:
-
-    >>> stack = ReversibleStack([ReversibleBlock(4, 1024, use_causal_mask=True) for _ in range(12)])
-    >>> stack(keras.random.normal((2, 16, 256))).shape
-    (2, 16, 512)
+    Examples:
+        >>> stack = ReversibleStack([ReversibleBlock(4, 1024, use_causal_mask=True) for _ in range(12)])
+        >>> stack(keras.random.normal((2, 16, 256))).shape
+        (2, 16, 512)
     """
 
     def __init__(self, blocks, reversible=True, **kwargs):

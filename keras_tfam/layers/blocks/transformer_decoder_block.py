@@ -18,10 +18,11 @@ class TransformerDecoderBlock(TransformerBlockBase):
     passed as `cross_attention_cache`.
 
     Args:
-        num_heads, intermediate_dim, key_dim, num_key_value_heads, dropout,
-        attention_dropout, activation, norm, norm_epsilon, use_bias, position,
-        kernel_initializer, bias_initializer, output_kernel_initializer: as
-            in `TransformerEncoderBlock`; `position` applies to the
+        num_heads, intermediate_dim: as in `TransformerEncoderBlock`, and so
+            are `key_dim`, `num_key_value_heads`, `dropout`,
+            `attention_dropout`, `activation`, `norm`, `norm_epsilon`,
+            `use_bias`, `position`, `kernel_initializer`, `bias_initializer`
+            and `output_kernel_initializer`; `position` applies to the
             self-attention only.
         norm_position: `"post"` (default, Vaswani et al.) or `"pre"` (GPT-2).
         self_attention: a layer replacing the default causal self-attention.
@@ -49,11 +50,10 @@ class TransformerDecoderBlock(TransformerBlockBase):
         `(B, T, D)`, or `(outputs, self_attention_cache)` when a self
         attention cache is given.
 
-    Example:
-
-    >>> block = TransformerDecoderBlock(12, 3072, norm_position="pre", activation="gelu_tanh")
-    >>> block(keras.random.normal((2, 16, 768))).shape
-    (2, 16, 768)
+    Examples:
+        >>> block = TransformerDecoderBlock(12, 3072, norm_position="pre", activation="gelu_tanh")
+        >>> block(keras.random.normal((2, 16, 768))).shape
+        (2, 16, 768)
     """
 
     _LAYER_ARGUMENTS = ("position", "self_attention", "cross_attention")

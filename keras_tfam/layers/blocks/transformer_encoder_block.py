@@ -42,11 +42,10 @@ class TransformerEncoderBlock(TransformerBlockBase):
     Returns:
         `(B, T, D)`.
 
-    Example:
-
-    >>> block = TransformerEncoderBlock(num_heads=8, intermediate_dim=2048)
-    >>> block(keras.random.normal((2, 16, 512))).shape
-    (2, 16, 512)
+    Examples:
+        >>> block = TransformerEncoderBlock(num_heads=8, intermediate_dim=2048)
+        >>> block(keras.random.normal((2, 16, 512))).shape
+        (2, 16, 512)
     """
 
     _LAYER_ARGUMENTS = ("position", "attention")

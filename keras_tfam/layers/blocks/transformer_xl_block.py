@@ -30,10 +30,11 @@ class TransformerXLBlock(TransformerBlockBase):
     with the gate bias the block starts near the identity.
 
     Args:
-        num_heads, intermediate_dim, key_dim, num_key_value_heads, dropout,
-        attention_dropout, activation, norm, norm_epsilon, use_bias,
-        kernel_initializer, bias_initializer, output_kernel_initializer: as
-            in `TransformerDecoderBlock`.
+        num_heads, intermediate_dim: as in `TransformerDecoderBlock`, and so
+            are `key_dim`, `num_key_value_heads`, `dropout`,
+            `attention_dropout`, `activation`, `norm`, `norm_epsilon`,
+            `use_bias`, `kernel_initializer`, `bias_initializer` and
+            `output_kernel_initializer`.
         norm_position: `"pre"` (default; GTrXL's "identity map reordering")
             or `"post"` (the original Transformer-XL; `residual="add"` only).
         position: the attention's position scheme; default a new
@@ -51,10 +52,11 @@ class TransformerXLBlock(TransformerBlockBase):
     Returns:
         `(B, T, D)`.
 
-    Example:
-
-    >>> block = TransformerXLBlock(4, 1024, residual="gru")
-    >>> y = block(segment, memory=keras.ops.stop_gradient(previous_inputs))
+    Examples:
+        >>> block = TransformerXLBlock(4, 64, residual="gru")
+        >>> previous_inputs, segment = keras.random.normal((2, 2, 8, 32))  # the block's inputs, two segments
+        >>> block(segment, memory=keras.ops.stop_gradient(previous_inputs)).shape
+        (2, 8, 32)
     """
 
     def __init__(self, num_heads, intermediate_dim, residual="add", gate_bias=2.0, norm_position="pre", **kwargs):

@@ -37,11 +37,11 @@ class TiedEmbedding(keras.layers.ReversibleEmbedding):
     Returns:
         `(B, T, D)` embeddings, or `(B, T, V)` logits with `reverse=True`.
 
-    Example:
-
-    >>> embedding = TiedEmbedding(50257, 768)
-    >>> hidden = embedding(token_ids)
-    >>> logits = embedding(hidden, reverse=True)
+    Examples:
+        >>> embedding = TiedEmbedding(1000, 32)
+        >>> hidden = embedding(np.array([[5, 7, 9]]))
+        >>> embedding(hidden, reverse=True).shape  # logits over the vocabulary
+        (1, 3, 1000)
     """
 
     def __init__(

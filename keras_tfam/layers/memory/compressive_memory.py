@@ -63,11 +63,14 @@ class CompressiveMemory(keras.layers.Layer):
     Returns:
         `(B, T / c, D)`: the states compressed (the compression function).
 
-    Example:
-
-    >>> memory = CompressiveMemory(memory_length=128, compressed_memory_length=128, compression_rate=4)
-    >>> state = memory.initial_state(batch_size=8, width=512)
-    >>> state, evicted = memory.update(state, keras.ops.stop_gradient(layer_inputs))
+    Examples:
+        >>> memory = CompressiveMemory(memory_length=8, compressed_memory_length=8, compression_rate=4)
+        >>> state = memory.initial_state(batch_size=2, width=16)
+        >>> layer_inputs = keras.random.normal((2, 12, 16))  # one segment's inputs to the layer
+        >>> state, evicted = memory.update(state, keras.ops.stop_gradient(layer_inputs))
+        >>> # 12 slots left the memory (its 8 empty ones, then 4 states): 3 groups of 4 compressed.
+        >>> state["compressed"].shape, evicted["compressed"].shape
+        ((2, 8, 16), (2, 3, 16))
     """
 
     def __init__(
@@ -195,6 +198,8 @@ class CompressiveMemory(keras.layers.Layer):
             `old_mask (B, G, c)`, `compressed (B, G, D)` (with gradient to
             the compression) and `group_mask (B, G)`.
         """
+        if not self.built:  # `update` before any call: the compression's weights are made here
+            self.build(states.shape)
         steps = ops.shape(states)[1]
         batch = ops.shape(states)[0]
         states = ops.cast(states, state["memory"].dtype)

@@ -29,10 +29,9 @@ class RMSNorm(keras.layers.Layer):
     Returns:
         `(..., D)` in the layer's compute dtype.
 
-    Example:
-
-    >>> RMSNorm()(keras.random.normal((2, 5, 16))).shape
-    (2, 5, 16)
+    Examples:
+        >>> RMSNorm()(keras.random.normal((2, 5, 16))).shape
+        (2, 5, 16)
     """
 
     def __init__(self, epsilon=1e-6, scale_initializer=None, scale_offset=0.0, **kwargs):

@@ -23,10 +23,9 @@ class ScaleNorm(keras.layers.Layer):
     Returns:
         `(..., D)` in the layer's compute dtype.
 
-    Example:
-
-    >>> ScaleNorm()(keras.random.normal((2, 5, 16))).shape
-    (2, 5, 16)
+    Examples:
+        >>> ScaleNorm()(keras.random.normal((2, 5, 16))).shape
+        (2, 5, 16)
     """
 
     def __init__(self, epsilon=1e-5, **kwargs):

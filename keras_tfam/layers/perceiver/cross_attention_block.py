@@ -31,10 +31,9 @@ class CrossAttentionBlock(keras.layers.Layer):
     Returns:
         `(B, N, D)`.
 
-    Example:
-
-    >>> CrossAttentionBlock(1)(keras.random.normal((2, 8, 32)), keras.random.normal((2, 500, 3))).shape
-    (2, 8, 32)
+    Examples:
+        >>> CrossAttentionBlock(1)(keras.random.normal((2, 8, 32)), keras.random.normal((2, 500, 3))).shape
+        (2, 8, 32)
     """
 
     def __init__(self, num_heads, intermediate_dim=None, use_query_residual=True, activation="gelu", dropout=0.0, **kwargs):

@@ -27,11 +27,10 @@ class PerceiverDecoder(keras.layers.Layer):
     Returns:
         `(B, O, E)`.
 
-    Example:
-
-    >>> decoder = PerceiverDecoder(num_heads=1)
-    >>> decoder(keras.random.normal((2, 1, 64)), keras.random.normal((2, 32, 128))).shape
-    (2, 1, 64)
+    Examples:
+        >>> decoder = PerceiverDecoder(num_heads=1)
+        >>> decoder(keras.random.normal((2, 1, 64)), keras.random.normal((2, 32, 128))).shape
+        (2, 1, 64)
     """
 
     def __init__(self, num_heads=1, intermediate_dim=None, use_query_residual=True, dropout=0.0, **kwargs):

@@ -35,11 +35,10 @@ class PerceiverEncoder(keras.layers.Layer):
     Returns:
         `(B, N, D)` latents.
 
-    Example:
-
-    >>> encoder = PerceiverEncoder(num_latents=64, latent_dim=128)
-    >>> encoder(keras.random.normal((2, 10000, 3))).shape
-    (2, 64, 128)
+    Examples:
+        >>> encoder = PerceiverEncoder(num_latents=64, latent_dim=128)
+        >>> encoder(keras.random.normal((2, 10000, 3))).shape
+        (2, 64, 128)
     """
 
     def __init__(

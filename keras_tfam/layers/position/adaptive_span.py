@@ -70,10 +70,9 @@ class AdaptiveSpan(HeadsPositionScheme):
     Returns:
         `(B, T, N, Hv)`.
 
-    Example:
-
-    >>> span = AdaptiveSpan(num_heads=8, max_span=512, ramp=32)
-    >>> attention = MultiHeadAttention(8, 64, position=ComposedPosition([TransformerXLPosition(8), span]))
+    Examples:
+        >>> span = AdaptiveSpan(num_heads=8, max_span=512, ramp=32)
+        >>> attention = MultiHeadAttention(8, 64, position=ComposedPosition([TransformerXLPosition(8), span]))
     """
 
     def __init__(self, num_heads, max_span, ramp=32, initial_span=0.0, span_penalty=2e-6, **kwargs):

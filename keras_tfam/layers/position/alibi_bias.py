@@ -49,10 +49,9 @@ class ALiBiBias(AttentionPositionScheme):
     Returns:
         `attention_scores` plus the bias, float32.
 
-    Example:
-
-    >>> alibi = ALiBiBias(num_heads=8)
-    >>> attention = MultiHeadAttention(8, 64, position=alibi)
+    Examples:
+        >>> alibi = ALiBiBias(num_heads=8)
+        >>> attention = MultiHeadAttention(8, 64, position=alibi)
     """
 
     def __init__(self, num_heads, **kwargs):

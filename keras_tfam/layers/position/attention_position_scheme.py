@@ -40,6 +40,19 @@ class AttentionPositionScheme(keras.layers.Layer):
     keys of a cache are its slots, and a sliding-window (ring) cache holds
     positions out of order (an empty slot holds position `-1` and is masked).
     So cached decoding sees the same positions as a full pass.
+
+    Args:
+        **kwargs: the arguments of `keras.layers.Layer` (`name`, `dtype`, ...).
+
+    Examples:
+        >>> class DistancePenalty(AttentionPositionScheme):
+        ...     # Subtracts `|i - j| / 10` from every score: ALiBi with one slope.
+        ...     def attention_bias(self, query_positions, key_positions):
+        ...         distance = keras.ops.abs(query_positions[:, None] - key_positions[None, :])
+        ...         return -keras.ops.cast(distance, "float32") / 10.0
+        >>> attention = MultiHeadAttention(4, 8, position=DistancePenalty())
+        >>> attention(keras.random.normal((2, 6, 32)), use_causal_mask=True).shape
+        (2, 6, 32)
     """
 
     def rotate_query_key(self, query, key, query_offset=0, key_offset=0):
@@ -172,6 +185,14 @@ class HeadsPositionScheme(AttentionPositionScheme):
 
     Returns:
         `(B, T, N, Hv)`.
+
+    Args:
+        **kwargs: the arguments of `keras.layers.Layer` (`name`, `dtype`, ...).
+
+    Examples:
+        >>> heads = keras.random.normal((2, 6, 4, 8))  # (B, T, N, H): queries, keys and values
+        >>> ShawRelativePosition(max_distance=4)(heads, heads, heads).shape
+        (2, 6, 4, 8)
     """
 
     def _heads_key_dim(self, query_shape):

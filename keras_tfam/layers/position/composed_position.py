@@ -34,10 +34,9 @@ class ComposedPosition(HeadsPositionScheme):
     Returns:
         `(B, T, N, Hv)`.
 
-    Example:
-
-    >>> position = ComposedPosition([TransformerXLPosition(4), AdaptiveSpan(4, max_span=64)])
-    >>> attention = MultiHeadAttention(4, 32, position=position)
+    Examples:
+        >>> position = ComposedPosition([TransformerXLPosition(4), AdaptiveSpan(4, max_span=64)])
+        >>> attention = MultiHeadAttention(4, 32, position=position)
     """
 
     def __init__(self, schemes, **kwargs):

@@ -22,10 +22,9 @@ class PositionEmbedding(keras.layers.Layer):
     Returns:
         `(B, T, D)`: rows `start_index .. start_index + T - 1` of the table.
 
-    Example:
-
-    >>> x = keras.random.normal((2, 10, 64))
-    >>> x = x + PositionEmbedding(sequence_length=128)(x)
+    Examples:
+        >>> x = keras.random.normal((2, 10, 64))
+        >>> x = x + PositionEmbedding(sequence_length=128)(x)
     """
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):

@@ -64,10 +64,9 @@ class RelativePositionBias(AttentionPositionScheme):
     Returns:
         `attention_scores` plus the bias, float32.
 
-    Example:
-
-    >>> bias = RelativePositionBias(num_heads=8, bidirectional=False)
-    >>> attention = MultiHeadAttention(8, 64, position=bias)
+    Examples:
+        >>> bias = RelativePositionBias(num_heads=8, bidirectional=False)
+        >>> attention = MultiHeadAttention(8, 64, position=bias)
     """
 
     def __init__(

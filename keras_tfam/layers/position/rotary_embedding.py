@@ -39,10 +39,9 @@ class RotaryEmbedding(AttentionPositionScheme):
     Returns:
         The rotated inputs, same shape and dtype.
 
-    Example:
-
-    >>> rope = RotaryEmbedding()
-    >>> q = rope(keras.random.normal((2, 10, 4, 16)))
+    Examples:
+        >>> rope = RotaryEmbedding()
+        >>> q = rope(keras.random.normal((2, 10, 4, 16)))
     """
 
     def __init__(self, max_wavelength=10000, scaling_factor=1.0, pairing="interleaved", scaling=None, **kwargs):

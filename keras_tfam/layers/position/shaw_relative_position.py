@@ -47,11 +47,10 @@ class ShawRelativePosition(HeadsPositionScheme):
         `(B, T, N, Hv)`: the attention of eqs. 3-4 (the scheme as a layer;
         inside `MultiHeadAttention` it adds its terms through the hooks).
 
-    Example:
-
-    >>> attention = MultiHeadAttention(8, 64, position=ShawRelativePosition(max_distance=16))
-    >>> attention(keras.random.normal((2, 32, 512)), use_causal_mask=True).shape
-    (2, 32, 512)
+    Examples:
+        >>> attention = MultiHeadAttention(8, 64, position=ShawRelativePosition(max_distance=16))
+        >>> attention(keras.random.normal((2, 32, 512)), use_causal_mask=True).shape
+        (2, 32, 512)
     """
 
     def __init__(

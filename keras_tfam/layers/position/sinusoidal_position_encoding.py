@@ -23,10 +23,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         The encoding, `(B, T, D)`, in the layer's compute dtype (computed in
         float32).
 
-    Example:
-
-    >>> x = keras.random.normal((2, 10, 64))
-    >>> x = x + SinusoidalPositionEncoding()(x)
+    Examples:
+        >>> x = keras.random.normal((2, 10, 64))
+        >>> x = x + SinusoidalPositionEncoding()(x)
     """
 
     def __init__(self, max_wavelength=10000, **kwargs):

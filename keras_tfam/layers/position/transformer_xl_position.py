@@ -75,10 +75,11 @@ class TransformerXLPosition(HeadsPositionScheme):
         `(B, T, N, Hv)`: the relative attention (the scheme as a layer;
         inside `MultiHeadAttention` it adds its terms through the hook).
 
-    Example:
-
-    >>> attention = MultiHeadAttention(8, 64, position=TransformerXLPosition(8))
-    >>> attention(x, memory=previous_segment, use_causal_mask=True)
+    Examples:
+        >>> attention = MultiHeadAttention(4, 8, position=TransformerXLPosition(4))
+        >>> previous_segment, x = keras.random.normal((2, 2, 6, 32))
+        >>> attention(x, memory=previous_segment, use_causal_mask=True).shape
+        (2, 6, 32)
     """
 
     def __init__(

@@ -25,10 +25,9 @@ class ISAB(keras.layers.Layer):
     Returns:
         `(B, n, d)`.
 
-    Example:
-
-    >>> ISAB(4, num_inducing=16)(keras.random.normal((2, 100, 32))).shape
-    (2, 100, 32)
+    Examples:
+        >>> ISAB(4, num_inducing=16)(keras.random.normal((2, 100, 32))).shape
+        (2, 100, 32)
     """
 
     def __init__(self, num_heads, num_inducing, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs):

@@ -29,10 +29,9 @@ class MAB(keras.layers.Layer):
     Returns:
         `(B, n, d)`.
 
-    Example:
-
-    >>> MAB(4)(keras.random.normal((2, 5, 32)), keras.random.normal((2, 9, 16))).shape
-    (2, 5, 32)
+    Examples:
+        >>> MAB(4)(keras.random.normal((2, 5, 32)), keras.random.normal((2, 9, 16))).shape
+        (2, 5, 32)
     """
 
     def __init__(self, num_heads, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs):

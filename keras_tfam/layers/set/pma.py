@@ -26,10 +26,9 @@ class PMA(keras.layers.Layer):
     Returns:
         `(B, k, d)`.
 
-    Example:
-
-    >>> PMA(4, num_seeds=1)(keras.random.normal((2, 100, 32))).shape
-    (2, 1, 32)
+    Examples:
+        >>> PMA(4, num_seeds=1)(keras.random.normal((2, 100, 32))).shape
+        (2, 1, 32)
     """
 
     def __init__(self, num_heads, num_seeds, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs):

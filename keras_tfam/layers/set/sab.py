@@ -16,10 +16,17 @@ class SAB(MAB):
         inputs: `(B, n, d)`.
         mask: `(B, n)` padding mask (default: the Keras mask of `inputs`).
 
-    Example:
+    Args:
+        num_heads: attention heads.
+        intermediate_dim: width of the feed-forward layer; default the
+            input's.
+        use_layer_norm: LayerNorm after each residual (the paper's default).
+        activation: of the feed-forward layer.
+        **kwargs: the arguments of `keras.layers.Layer`.
 
-    >>> SAB(4)(keras.random.normal((2, 10, 32))).shape
-    (2, 10, 32)
+    Examples:
+        >>> SAB(4)(keras.random.normal((2, 10, 32))).shape
+        (2, 10, 32)
     """
 
     def build(self, inputs_shape):

@@ -20,10 +20,12 @@ class EluFeatureMap(FeatureMap):
     Returns:
         `(B, T, N, H)` float32.
 
-    Example:
+    Args:
+        **kwargs: the arguments of `keras.layers.Layer` (`name`, `dtype`, ...).
 
-    >>> EluFeatureMap()(keras.random.normal((2, 5, 4, 8))).shape
-    (2, 5, 4, 8)
+    Examples:
+        >>> EluFeatureMap()(keras.random.normal((2, 5, 4, 8))).shape
+        (2, 5, 4, 8)
     """
 
     def __init__(self, **kwargs):

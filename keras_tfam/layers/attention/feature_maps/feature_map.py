@@ -24,6 +24,18 @@ class FeatureMap(keras.layers.Layer):
 
     Returns:
         `(B, T, N, output_dim(H))` float32 features.
+
+    Args:
+        **kwargs: the arguments of `keras.layers.Layer` (`name`, `dtype`, ...).
+
+    Examples:
+        >>> class Squared(FeatureMap):
+        ...     # `phi(x) = x^2`: positive features of the head's size.
+        ...     def call(self, inputs, query=True):
+        ...         return keras.ops.square(inputs)
+        >>> attention = LinearAttention(4, 8, feature_map=Squared())
+        >>> attention(keras.random.normal((2, 6, 32)), use_causal_mask=True).shape
+        (2, 6, 32)
     """
 
     # Whether phi(q) . phi(k) >= 0, so the normaliser cannot vanish.

@@ -45,11 +45,10 @@ class PositiveRandomFeatures(RandomFeatureMap):
     Returns:
         `(B, T, N, m)` float32, positive.
 
-    Example:
-
-    >>> phi = PositiveRandomFeatures(num_features=256, seed=0)
-    >>> phi(keras.random.normal((2, 5, 4, 64))).shape
-    (2, 5, 4, 256)
+    Examples:
+        >>> phi = PositiveRandomFeatures(num_features=256, seed=0)
+        >>> phi(keras.random.normal((2, 5, 4, 64))).shape
+        (2, 5, 4, 256)
     """
 
     def output_dim(self, input_dim):

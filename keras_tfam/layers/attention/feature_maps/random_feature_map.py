@@ -26,6 +26,11 @@ class RandomFeatureMap(SeededDraws, FeatureMap):
         redraw: redraw the projections every this many training calls,
             or `None` (never).
         seed: seed of the draws; `None` picks one (kept in the config).
+
+    Examples:
+        >>> features = PositiveRandomFeatures(num_features=16, seed=0)  # a RandomFeatureMap
+        >>> features(keras.random.normal((2, 5, 4, 8))).shape
+        (2, 5, 4, 16)
     """
 
     def __init__(self, num_features, orthogonal=True, redraw=None, seed=None, **kwargs):

@@ -42,11 +42,10 @@ class TrigonometricRandomFeatures(RandomFeatureMap):
     Returns:
         `(B, T, N, 2m)` float32.
 
-    Example:
-
-    >>> phi = TrigonometricRandomFeatures(num_features=64, normalize=True, seed=0)
-    >>> phi(keras.random.normal((2, 5, 4, 32))).shape
-    (2, 5, 4, 128)
+    Examples:
+        >>> phi = TrigonometricRandomFeatures(num_features=64, normalize=True, seed=0)
+        >>> phi(keras.random.normal((2, 5, 4, 32))).shape
+        (2, 5, 4, 128)
     """
 
     positive = False

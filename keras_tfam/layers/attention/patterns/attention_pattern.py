@@ -34,6 +34,20 @@ class AttentionPattern:
 
     Subclasses implement `_allowed(i, j)` on broadcast int32 positions and
     `get_config`.
+
+    Args:
+        **kwargs: none here; each pattern's constructor takes its rule's
+            arguments (`SlidingWindow(window)`, ...).
+
+    Examples:
+        >>> class EvenKeys(AttentionPattern):
+        ...     # Each query attends the even positions only.
+        ...     def _allowed(self, i, j):
+        ...         return keras.ops.equal(j % 2, 0)
+        ...     def get_config(self):
+        ...         return {}
+        >>> keras.ops.convert_to_numpy(EvenKeys().mask(np.arange(3), np.arange(4)))[0]
+        array([ True, False,  True, False])
     """
 
     head_groups = 1

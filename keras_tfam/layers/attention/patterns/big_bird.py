@@ -38,9 +38,8 @@ class BigBird(AttentionPattern):
         seed: non-negative int seed of the random blocks.
         causal: draw random blocks among earlier blocks only.
 
-    Example:
-
-    >>> attention = MultiHeadAttention(12, 64, pattern=BigBird(64, num_random_blocks=3))
+    Examples:
+        >>> attention = MultiHeadAttention(12, 64, pattern=BigBird(64, num_random_blocks=3))
     """
 
     def __init__(self, block_size, num_random_blocks=3, num_window_blocks=3, num_global_blocks=2, seed=0,

@@ -29,9 +29,8 @@ class Blockwise(AttentionPattern):
             sequence length must be a multiple of `n * block_size`, whole
             cycles of the permutation (`check_length`).
 
-    Example:
-
-    >>> pattern = HeadPatterns([Blockwise(64, [0, 1]), Blockwise(64, [1, 0])])
+    Examples:
+        >>> pattern = HeadPatterns([Blockwise(64, [0, 1]), Blockwise(64, [1, 0])])
     """
 
     def __init__(self, block_size, permutation=(0,)):

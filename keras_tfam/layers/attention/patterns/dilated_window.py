@@ -25,9 +25,8 @@ class DilatedWindow(AttentionPattern):
         window: keys on each side, the query included (positive int).
         dilation: distance between attended keys (positive int).
 
-    Example:
-
-    >>> pattern = HeadPatterns([SlidingWindow(64), DilatedWindow(64, 2), DilatedWindow(64, 4), DilatedWindow(64, 8)])
+    Examples:
+        >>> pattern = HeadPatterns([SlidingWindow(64), DilatedWindow(64, 2), DilatedWindow(64, 4), DilatedWindow(64, 8)])
     """
 
     def __init__(self, window, dilation=2):

@@ -29,9 +29,8 @@ class Fixed(AttentionPattern):
             (the paper: 8 to 32 for `l` = 128).
         subset: `1`, `2`, or `None` for their union.
 
-    Example:
-
-    >>> attention = MultiHeadAttention(8, 64, pattern=Fixed(128, summary=8))
+    Examples:
+        >>> attention = MultiHeadAttention(8, 64, pattern=Fixed(128, summary=8))
     """
 
     def __init__(self, stride, summary=1, subset=None):

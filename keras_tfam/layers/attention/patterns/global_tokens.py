@@ -23,9 +23,8 @@ class GlobalTokens(AttentionPattern):
     Args:
         num_tokens: how many leading positions are global (positive int).
 
-    Example:
-
-    >>> pattern = UnionPattern([SlidingWindow(256), GlobalTokens(1)])  # Longformer with [CLS] global
+    Examples:
+        >>> pattern = UnionPattern([SlidingWindow(256), GlobalTokens(1)])  # Longformer with [CLS] global
     """
 
     def __init__(self, num_tokens=1):

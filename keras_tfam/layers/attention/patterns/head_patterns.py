@@ -22,10 +22,9 @@ class HeadPatterns(PatternCombination):
         patterns: a non-empty list of `AttentionPattern`s (or their configs),
             each for all heads alike.
 
-    Example:
-
-    >>> pattern = HeadPatterns([Strided(32, subset=1), Strided(32, subset=2)])
-    >>> attention = MultiHeadAttention(8, 64, pattern=pattern)  # heads 0-3: A(1), heads 4-7: A(2)
+    Examples:
+        >>> pattern = HeadPatterns([Strided(32, subset=1), Strided(32, subset=2)])
+        >>> attention = MultiHeadAttention(8, 64, pattern=pattern)  # heads 0-3: A(1), heads 4-7: A(2)
     """
 
     def __init__(self, patterns):

@@ -14,6 +14,15 @@ class PatternCombination(AttentionPattern):
     Args:
         patterns: a non-empty list of `AttentionPattern`s (or their configs,
             see `get_pattern`).
+
+    Examples:
+        >>> union = UnionPattern([SlidingWindow(2), GlobalTokens(1)])  # a PatternCombination
+        >>> # A window of 2 either side, and token 0 global: it attends every key and every query attends it.
+        >>> keras.ops.convert_to_numpy(union.mask(np.arange(4), np.arange(4))).astype(int)
+        array([[1, 1, 1, 1],
+               [1, 1, 1, 0],
+               [1, 1, 1, 1],
+               [1, 0, 1, 1]])
     """
 
     def __init__(self, patterns):

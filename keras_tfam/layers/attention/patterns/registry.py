@@ -61,12 +61,13 @@ def get_pattern(pattern):
 
 
 def interleave(patterns, num_layers):
-    """One pattern per layer, cycling through `patterns`: the Sparse Transformer's
-    interleaved subsets (Child et al. 2019, section 4.3: layer `r` uses `A(r mod p)`).
+    """One pattern per layer, cycling through `patterns`: the Sparse Transformer's interleaved subsets.
 
-    Example:
+    Child et al. 2019, section 4.3: layer `r` uses `A(r mod p)`.
 
-    >>> interleave([Strided(32, subset=1), Strided(32, subset=2)], 4)  # A(1), A(2), A(1), A(2)
+    Examples:
+        >>> interleave([Strided(32, subset=1), Strided(32, subset=2)], 4)  # A(1), A(2), A(1), A(2)
+        [Strided(stride=32, subset=1), Strided(stride=32, subset=2), Strided(stride=32, subset=1), Strided(stride=32, subset=2)]
     """
     patterns = [get_pattern(pattern) for pattern in patterns]
     if not patterns:

@@ -23,10 +23,11 @@ class SlidingWindow(AttentionPattern):
     Args:
         window: positive int.
 
-    Example:
-
-    >>> attention = MultiHeadAttention(8, 64, pattern=SlidingWindow(256))
-    >>> attention(x, use_causal_mask=True)  # O(T * 256)
+    Examples:
+        >>> attention = MultiHeadAttention(4, 8, pattern=SlidingWindow(16))
+        >>> x = keras.random.normal((2, 64, 32))
+        >>> attention(x, use_causal_mask=True).shape  # O(T * 16) scores
+        (2, 64, 32)
     """
 
     def __init__(self, window):

@@ -38,10 +38,10 @@ class Strided(AttentionPattern):
         stride: `l`, positive int (the paper: about `sqrt(n)`).
         subset: `1`, `2`, or `None` for their union.
 
-    Example:
-
-    >>> attention = MultiHeadAttention(8, 64, pattern=Strided(32))
-    >>> attention(x, use_causal_mask=True)
+    Examples:
+        >>> attention = MultiHeadAttention(4, 8, pattern=Strided(8))
+        >>> attention(keras.random.normal((2, 64, 32)), use_causal_mask=True).shape
+        (2, 64, 32)
     """
 
     def __init__(self, stride, subset=None):

@@ -19,9 +19,8 @@ class UnionPattern(PatternCombination):
     Args:
         patterns: a non-empty list of `AttentionPattern`s (or their configs).
 
-    Example:
-
-    >>> longformer = UnionPattern([SlidingWindow(512), GlobalTokens(1)])
+    Examples:
+        >>> longformer = UnionPattern([SlidingWindow(512), GlobalTokens(1)])
     """
 
     def __init__(self, patterns):
