@@ -111,14 +111,9 @@ def run_transformers(directory, vocabulary):
 
 def child(engine, directory, vocabulary):
     """Runs one engine in a fresh process; its result as a dict."""
-    output = subprocess.run(
-        [sys.executable, __file__, "--engine", engine, "--directory", directory, "--vocabulary", str(vocabulary)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-    ).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    from timing import run_json
+
+    return run_json(__file__, "--engine", engine, "--directory", directory, "--vocabulary", vocabulary)
 
 
 def main():

@@ -21,7 +21,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -134,10 +133,9 @@ def run_perplexity(data, steps, path):
 
 
 def child(*arguments):
-    output = subprocess.run(
-        [sys.executable, __file__, *arguments], check=True, capture_output=True, text=True, cwd=HERE
-    ).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    from timing import run_json
+
+    return run_json(__file__, *arguments, cwd=HERE)
 
 
 def main():

@@ -1,10 +1,22 @@
 """Small timing helpers shared by the benchmarks."""
 
+import json
+import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
-import os
+
+def run_json(script, *arguments, cwd=None):
+    """Runs `python script *arguments` in a fresh process (a peer or a precision of its own: torch and
+    TensorFlow never share one); the JSON object its last line of output prints."""
+    output = subprocess.run(
+        [sys.executable, script, *map(str, arguments)], check=True, capture_output=True, text=True, cwd=cwd,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    ).stdout
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def median_seconds(fn, warmup=3, repeats=10):
