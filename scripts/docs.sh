@@ -5,6 +5,10 @@
 # reference to a name that does not exist fails the build. Creates (or reuses) .venv as
 # scripts/test.sh does. `bash scripts/docs.sh serve` serves it on localhost:8000 instead.
 set -euo pipefail
+if [ "$#" -gt 1 ] || { [ "$#" -eq 1 ] && [ "$1" != "serve" ]; }; then
+  echo "scripts/docs.sh: unknown argument(s) '$*'; usage: bash scripts/docs.sh [serve]" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
