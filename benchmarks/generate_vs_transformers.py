@@ -1,46 +1,190 @@
-"""GPT-2 small greedy generation: keras_tfam vs Hugging Face transformers (PyTorch, CPU, KV cache).
+"""GPT-2 small greedy generation: keras_tfam against the engines a CPU user would otherwise pick.
 
-    pip install -e '.[bench]'     # torch (CPU) and transformers: peers, not in the test install
-    python benchmarks/generate_vs_transformers.py [--batch 1 8] [--prompt 32] [--new 128]
+    bash benchmarks/install_peers.sh            # a venv of the peers: torch (CPU), transformers, ONNX Runtime
+    python benchmarks/generate_vs_transformers.py [--batch 1 8] [--prompt 32] [--new 128] [--peers-python PATH]
 
 GPT-2 small (124M) from a random initialisation, written by transformers'
-`save_pretrained` (safetensors) and read by `GPT2LM.from_huggingface`; greedy,
-prompt 32, 128 new tokens, no stop token. The float32 tokens must be
-identical to transformers' `generate(do_sample=False, use_cache=True)`.
-Tokens/s count new tokens only, median of 3 calls after a compiling call.
+`save_pretrained` (safetensors). Every engine runs in its own process (torch and
+TensorFlow in one process crash) and prints its result as JSON; this script,
+which imports neither, compares them:
 
-Also timed: decoding with bfloat16 weights (`keras_tfam.generation.with_dtype`,
-the tied head included), whose greedy tokens are compared with float32's
-position by position, teacher-forced on the float32 output, and two floors:
-the bytes of the weights read once per step at the memory bandwidth measured
-here (a float32 copy of the weights), which bounds batch-1 decoding of this
-model, and the decoding loop of the model's matmuls alone under XLA
-(`generate.matmul_floor_seconds` at GPT-2 small's sizes), which bounds any
-float32 implementation compiled by XLA at each batch size.
+- `keras_tfam-float32`: `GPT2LM.from_huggingface`, XLA-compiled generate loop;
+- `keras_tfam-bfloat16`: the same with bfloat16 weights (`generation.with_dtype`, the tied head included);
+- `transformers-float32` / `-bfloat16`: `GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`;
+- `onnxruntime-float32` / `-int8`: the checkpoint exported by optimum (`ORTModelForCausalLM`, KV cache),
+  int8 by ONNX Runtime's dynamic quantization of the exported graph (only where the peers' Python has
+  `optimum` and `onnxruntime`).
+
+Greedy, `--prompt` random prompt ids, `--new` new tokens, no stop token. Tokens/s
+count new tokens, median of `--repeats` calls after a compiling call. float32
+engines must produce transformers' float32 tokens; the others report the share
+of positions whose tokens equal it. The machine (CPU model, flags, cores) heads
+the output: figures from another machine kind are not comparable.
 """
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import tempfile
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from generate import matmul_floor_seconds  # noqa: E402
-from timing import machine, median_seconds  # noqa: E402
-
-from keras_tfam.generation import with_dtype  # noqa: E402
-from keras_tfam.models import GPT2LM  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENGINES = (
+    "keras_tfam-float32", "keras_tfam-bfloat16", "transformers-float32", "transformers-bfloat16",
+    "onnxruntime-float32", "onnxruntime-int8",
+)
+VOCABULARY = 50257
 
 
-def memory_bandwidth_gb_per_s(megabytes=512):
-    """Read bandwidth: the median time of summing a large float32 array (NumPy, all cores)."""
-    array = np.ones(megabytes * 2**20 // 4, np.float32)
-    seconds = median_seconds(lambda: array.sum(), warmup=2, repeats=7)
-    return array.nbytes / seconds / 1e9
+def prompts(batch, length):
+    import numpy as np
+
+    return np.random.default_rng(batch).integers(0, VOCABULARY, size=(batch, length)).astype("int64")
+
+
+def timed(generate, batches, length, new, repeats):
+    """{batch: tokens/s} and {batch: generated ids} of `generate(prompt_ids) -> ids (batch, length + new)`."""
+    from timing import median_seconds
+
+    speeds, tokens = {}, {}
+    for batch in batches:
+        ids = prompts(batch, length)
+        out = generate(ids)  # compiles, when the engine compiles
+        seconds = median_seconds(lambda: generate(ids), warmup=0, repeats=repeats)
+        speeds[batch] = batch * new / seconds
+        tokens[batch] = [[int(t) for t in row[length:]] for row in out]
+    return speeds, tokens
+
+
+def write_checkpoint(directory):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config()).save_pretrained(directory, safe_serialization=True)
+    return {"transformers": transformers.__version__, "torch": torch.__version__}
+
+
+def run_keras_tfam(directory, precision, args):
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_tfam.generation import with_dtype
+    from keras_tfam.models import GPT2LM
+
+    model = GPT2LM.from_huggingface(directory)
+    if precision == "bfloat16":
+        model = with_dtype(model, "bfloat16")
+    speeds, tokens = timed(
+        lambda ids: np.asarray(model.generate(ids.astype("int32"), max_new_tokens=args.new)),
+        args.batch, args.prompt, args.new, args.repeats,
+    )
+    return {"tokens_per_s": speeds, "tokens": tokens, "version": f"TF {tf.__version__}"}
+
+
+def run_transformers(directory, precision, args):
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count())
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[precision]
+    model = transformers.GPT2LMHeadModel.from_pretrained(directory, dtype=dtype).eval()
+
+    def generate(ids):
+        inputs = torch.tensor(ids)
+        with torch.no_grad():
+            return model.generate(
+                inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.new, min_new_tokens=args.new,
+                do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
+            ).numpy()
+
+    speeds, tokens = timed(generate, args.batch, args.prompt, args.new, args.repeats)
+    return {"tokens_per_s": speeds, "tokens": tokens, "version": f"transformers {transformers.__version__}"}
+
+
+def run_onnxruntime(directory, precision, args):
+    import onnxruntime
+    import torch
+    from optimum.onnxruntime import ORTModelForCausalLM
+
+    exported = tempfile.mkdtemp()
+    ORTModelForCausalLM.from_pretrained(directory, export=True, use_cache=True).save_pretrained(exported)
+    if precision == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        source = os.path.join(exported, "model.onnx")
+        quantize_dynamic(source, os.path.join(exported, "model_int8.onnx"), weight_type=QuantType.QInt8)
+        model = ORTModelForCausalLM.from_pretrained(exported, file_name="model_int8.onnx", use_cache=True)
+    else:
+        model = ORTModelForCausalLM.from_pretrained(exported, use_cache=True)
+
+    def generate(ids):
+        inputs = torch.tensor(ids)
+        return model.generate(
+            inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.new, min_new_tokens=args.new,
+            do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
+        ).numpy()
+
+    speeds, tokens = timed(generate, args.batch, args.prompt, args.new, args.repeats)
+    return {"tokens_per_s": speeds, "tokens": tokens, "version": f"onnxruntime {onnxruntime.__version__}"}
+
+
+RUNNERS = {"keras_tfam": run_keras_tfam, "transformers": run_transformers, "onnxruntime": run_onnxruntime}
+
+
+def has_modules(python, *modules):
+    check = "import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"
+    return subprocess.run([python, "-c", check, *modules], capture_output=True).returncode == 0
+
+
+def compare(args):
+    from timing import cpu, run_json
+
+    peers = args.peers_python or sys.executable
+    needs = {"transformers": ("torch", "transformers"), "onnxruntime": ("optimum.onnxruntime", "onnxruntime")}
+    directory = tempfile.mkdtemp()
+    common = ["--batch", *args.batch, "--prompt", args.prompt, "--new", args.new, "--repeats", args.repeats]
+    versions = run_json(__file__, "--engine", "write", "--checkpoint", directory, python=peers)
+    results = {}
+    for engine in args.engines:
+        family = engine.split("-")[0]
+        python = sys.executable if family == "keras_tfam" else peers
+        if family in needs and not has_modules(python, *needs[family]):
+            print(f"{engine}: skipped ({python} lacks {', '.join(needs[family])}: see benchmarks/install_peers.sh)")
+            continue
+        try:
+            results[engine] = run_json(
+                __file__, "--engine", engine, "--checkpoint", directory, *common, python=python, timeout=args.timeout
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            print(f"{engine}: no result ({str(error).splitlines()[0]})", flush=True)
+            continue
+        print(f"{engine}: done ({results[engine]['version']})", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"machine": cpu(), "settings": vars(args), "results": results}, f)
+
+    print(f"\nmachine: {cpu()}; torch {versions['torch']}, transformers {versions['transformers']}")
+    print(f"GPT-2 small, random weights, prompt {args.prompt}, {args.new} new tokens, greedy, median of {args.repeats}\n")
+    reference = results.get("transformers-float32")
+    for batch in map(str, args.batch):
+        print(f"batch {batch}:\n\n| engine | tok/s | keras_tfam float32 / it | tokens = transformers float32 |\n|---|---:|---:|---:|")
+        ours = results.get("keras_tfam-float32", {}).get("tokens_per_s", {}).get(batch)
+        for engine, result in results.items():
+            speed = result["tokens_per_s"][batch]
+            ratio = f"{ours / speed:.2f}x" if ours else "-"
+            same = "-"
+            if reference:
+                a, b = result["tokens"][batch], reference["tokens"][batch]
+                same = f"{100 * sum(x == y for r, s in zip(a, b) for x, y in zip(r, s)) / sum(map(len, b)):.1f}%"
+            print(f"| {engine} | {speed:.1f} | {ratio} | {same} |")
+        print()
+    if reference and "keras_tfam-float32" in results:
+        for batch in map(str, args.batch):
+            if results["keras_tfam-float32"]["tokens"][batch] != reference["tokens"][batch]:
+                raise SystemExit(f"batch {batch}: keras_tfam float32 tokens differ from transformers' float32 tokens")
 
 
 def main():
@@ -49,69 +193,23 @@ def main():
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--peers-python", help="the Python of the peers (default: this one)")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds an engine may take (then: no result)")
+    parser.add_argument("--json", help="also write the results there, engine by engine")
+    parser.add_argument("--engine", help=argparse.SUPPRESS)  # one engine, in this process (internal)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count())
-    theirs = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
-    directory = tempfile.mkdtemp()
-    theirs.save_pretrained(directory, safe_serialization=True)
-    ours = GPT2LM.from_huggingface(directory)
-    fast = with_dtype(ours, "bfloat16")
-    weights = sum(int(np.prod(w.shape)) for w in ours.weights)
-    bandwidth = memory_bandwidth_gb_per_s()
-    print(f"machine: {machine()}, torch {torch.__version__}, transformers {transformers.__version__}")
-    print(f"GPT-2 small ({weights:,} parameters), prompt {args.prompt}, {args.new} new tokens, greedy")
-    print(f"memory read bandwidth {bandwidth:.1f} GB/s: float32 weights once per token = "
-          f"{bandwidth * 1e9 / (4 * weights):.1f} steps/s at most")
-    for batch in args.batch:
-        prompts = np.random.default_rng(batch).integers(0, 50257, size=(batch, args.prompt)).astype("int32")
-        inputs = torch.tensor(prompts, dtype=torch.long)
-
-        def run_theirs():
-            with torch.no_grad():
-                return theirs.generate(
-                    inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.new, min_new_tokens=args.new,
-                    do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
-                ).numpy()
-
-        def run_ours():
-            return ours.generate(prompts, max_new_tokens=args.new)
-
-        def run_fast():
-            return fast.generate(prompts, max_new_tokens=args.new)
-
-        expected, got, reduced = run_theirs(), run_ours(), run_fast()
-        same = np.array_equal(got, expected)
-        # bfloat16's choices, each from float32's own prefix (teacher-forced): the share that agree.
-        logits = np.asarray(fast(got[:, :-1]))[:, args.prompt - 1 :]
-        agreement = float(np.mean(logits.argmax(-1) == got[:, args.prompt :]))
-        free_running = float(np.mean(reduced[:, args.prompt :] == got[:, args.prompt :]))
-        t_theirs = median_seconds(run_theirs, warmup=0, repeats=args.repeats)
-        t_ours = median_seconds(run_ours, warmup=0, repeats=args.repeats)
-        t_fast = median_seconds(run_fast, warmup=0, repeats=args.repeats)
-        tokens = batch * args.new
-        print(
-            f"batch {batch}: keras_tfam {tokens / t_ours:8.1f} tok/s  transformers {tokens / t_theirs:8.1f} tok/s  "
-            f"speed-up {t_theirs / t_ours:5.2f}x  identical tokens: {same}"
-        )
-        print(
-            f"batch {batch}: keras_tfam bfloat16 weights {tokens / t_fast:8.1f} tok/s = {t_theirs / t_fast:5.2f}x "
-            f"transformers; greedy choices equal to float32's at {100 * agreement:.1f}% of positions "
-            f"(teacher-forced), {100 * free_running:.1f}% free-running"
-        )
-        print(
-            f"batch {batch}: float32 steps/s {args.new / t_ours:6.1f} = "
-            f"{100 * (args.new / t_ours) / (bandwidth * 1e9 / (4 * weights)):.0f}% of the weight-reading bound"
-        )
-        floor = args.new / matmul_floor_seconds(batch, args.new, width=768, layers=12, vocab=50257)
-        print(
-            f"batch {batch}: matmuls only (floor) {floor:6.1f} steps/s = {batch * floor:7.1f} tok/s = "
-            f"{batch * floor * t_theirs / tokens:5.2f}x transformers; keras_tfam float32 at "
-            f"{100 * (args.new / t_ours) / floor:.0f}% of it"
-        )
-        if not same:
-            raise SystemExit("float32 tokens differ from transformers'")
+    if args.engine is None:
+        return compare(args)
+    if args.engine == "write":
+        result = write_checkpoint(args.checkpoint)
+    else:
+        family, precision = args.engine.split("-")
+        result = RUNNERS[family](args.checkpoint, precision, args)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, HERE)
     main()

@@ -9,14 +9,17 @@ import sys
 import time
 
 
-def run_json(script, *arguments, cwd=None):
+def run_json(script, *arguments, cwd=None, python=None, timeout=None):
     """Runs `python script *arguments` in a fresh process (a peer or a precision of its own: torch and
-    TensorFlow never share one); the JSON object its last line of output prints."""
-    output = subprocess.run(
-        [sys.executable, script, *map(str, arguments)], check=True, capture_output=True, text=True, cwd=cwd,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-    ).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    TensorFlow never share one), with this Python or `python` (a peers' venv); the JSON object its last
+    line of output prints."""
+    result = subprocess.run(
+        [python or sys.executable, script, *map(str, arguments)], capture_output=True, text=True, cwd=cwd,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(script)} {' '.join(map(str, arguments))} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def median_seconds(fn, warmup=3, repeats=10):

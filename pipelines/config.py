@@ -28,7 +28,7 @@ FLOAT_OPTION_MINIMUMS = {"norm_epsilon": (0.0, False), "span_penalty": (0.0, Tru
 # The smallest vocabulary each tokenizer can have: word and char need their
 # end-of-line and unknown tokens, byte-level BPE its 256 bytes and <|endoftext|>.
 MIN_VOCABULARY_SIZE = {"word": 2, "char": 2, "bpe": 257}
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker")
 JIT = ("auto", "on", "off")
 
@@ -64,7 +64,8 @@ class TrainConfig:
     eval_every: int = 200
     backup_every: int = 50
     # Runtime.
-    precision: str = "float32"
+    # "auto": float32 or bfloat16 compute, and XLA or not (`jit`), chosen per machine (pipelines.kernel_path).
+    precision: str = "auto"
     jit: str = "auto"
     strategy: str = "auto"
     cpu_devices: Optional[int] = None

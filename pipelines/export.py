@@ -57,6 +57,7 @@ from keras_tfam.utils import check_positive_int
 from pipelines.errors import notice
 from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
+from pipelines.keras_workarounds import save_endpoints_as_traced
 from pipelines.run_lock import RunLock
 
 _SCALARS = dict(
@@ -128,6 +129,9 @@ class ServingFunctions:
         # One traced decoding loop, which `generate_text` calls too (a second trace would double the
         # export's time and the SavedModel's graphs).
         self.generate_function = tf.function(self.generate, input_signature=_GENERATE_SIGNATURE, autograph=False)
+        # Traced now, outside any graph: `generate_text` calls this trace (asking for it from inside another
+        # function's graph would trace the loop again).
+        self.generate_trace = self.generate_function.get_concrete_function()
 
     def _length_checks(self, max_new_tokens):
         """`max_new_tokens` in `[1, limit]`: checked before anything of that size is allocated."""
@@ -166,7 +170,7 @@ class ServingFunctions:
         start = tf.fill([ids.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32))
         ids = tf.concat([tf.RaggedTensor.from_tensor(start), tf.cast(ids, tf.int32)], axis=1)
         lengths = tf.cast(ids.row_lengths(), tf.int32)
-        generated = self.generate_function(ids.to_tensor(), lengths, max_new_tokens, temperature, top_k, top_p, seed)
+        generated = self.generate_trace(ids.to_tensor(), lengths, max_new_tokens, temperature, top_k, top_p, seed)
         new_tokens = tf.RaggedTensor.from_tensor(
             tf.gather(generated["token_ids"], lengths[:, None] + tf.range(max_new_tokens)[None, :], batch_dims=1)
         )
@@ -198,6 +202,7 @@ def _archive(model, tokenizer, token_signatures=True, text_signature=True, max_n
             functions.generate_text,
             input_signature=[tf.TensorSpec([None], tf.string, name="prompts"), *_SCALARS.values()],
         )
+    save_endpoints_as_traced(archive)
     return archive
 
 

@@ -20,6 +20,7 @@ back to the previous one, and a run is never silently started over.
 """
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -56,6 +57,7 @@ from pipelines.files import (
     remove_temporaries,
     set_aside,
 )
+from pipelines.kernel_path import choose_kernel_path, describe
 from pipelines.keras_workarounds import patch_multi_worker_fit
 from pipelines.optimizer import GlobalClipAdamW
 from pipelines.run_lock import RunLock
@@ -84,15 +86,15 @@ def choose_strategy(name):
     return tf.distribute.get_strategy()
 
 
-def choose_jit(setting, strategy):
-    """XLA where it works: on GPUs, and on a single CPU device; not across logical CPUs."""
-    if setting != "auto":
-        return setting == "on"
-    if tf.config.list_logical_devices("GPU"):
-        return True
-    return strategy.num_replicas_in_sync == 1 and not isinstance(
-        strategy, tf.distribute.MultiWorkerMirroredStrategy
-    )
+def _model_width(config):
+    """The width of the run's model (what the kernel path measures at), from its options or preset."""
+    if "hidden_dim" in config.model_options:
+        return config.model_options["hidden_dim"]
+    if config.init_from is None:
+        return get_preset(config.model)[1].get("hidden_dim", 768)
+    with open(os.path.join(config.init_from, "config.json")) as f:
+        hf = json.load(f)
+    return hf.get("hidden_size", hf.get("n_embd", 768))
 
 
 def _is_chief(strategy):
@@ -341,7 +343,11 @@ def _train_locked(config, strategy, run_dir):
     train_lines, eval_lines = (_split(config, split) for split in (config.train_split, config.eval_split))
     new_run = _check_run_config(run_dir, config)
     keras.utils.set_random_seed(config.seed)
-    keras.mixed_precision.set_global_policy(config.precision)
+    kernel_path = choose_kernel_path(
+        config.jit, config.precision, strategy, config.batch_size * config.sequence_length, _model_width(config)
+    )
+    print(describe(kernel_path), flush=True)
+    keras.mixed_precision.set_global_policy(kernel_path["precision"])
     tokenizer, new_tokenizer = _run_tokenizer(run_dir, config, train_lines)
 
     replicas = strategy.num_replicas_in_sync
@@ -354,7 +360,7 @@ def _train_locked(config, strategy, run_dir):
         raise ValueError(
             f"{config.model!r} trains on a stateful stream, on one device only. Received: {replicas} replicas"
         )
-    jit = choose_jit(config.jit, strategy)
+    jit = kernel_path["jit_compile"]
 
     # The model validates the architecture options: nothing is written before it is built.
     with strategy.scope():
@@ -469,6 +475,7 @@ def _train_locked(config, strategy, run_dir):
         "resumed_from_step": initial_epoch * steps_per_epoch,
         "replicas": replicas,
         "jit_compile": jit,
+        "kernel_path": kernel_path,
         "protocol": protocol_label(config),
         "tokenizer": tokenizer.kind,
         "validation": result,

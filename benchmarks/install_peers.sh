@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the benchmarks' peers into their own venv (default .venv-peers), away from the test install:
+# PyTorch's CPU build (not the several-GB CUDA build a plain `pip install torch` takes), transformers,
+# and ONNX Runtime with optimum's exporter. Then:
+#   .venv/bin/python benchmarks/generate_vs_transformers.py --peers-python .venv-peers/bin/python
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-.venv-peers}"
+python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu \
+  || "$VENV/bin/python" -m pip install -q 'torch==2.13.0'   # where only the package registry is reachable
+"$VENV/bin/python" -m pip install -q transformers optimum-onnx onnxruntime
+"$VENV/bin/python" -c "import torch, transformers, onnxruntime; print('peers:', torch.__version__, transformers.__version__, onnxruntime.__version__)"

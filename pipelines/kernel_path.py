@@ -1,0 +1,135 @@
+"""The kernel path of a run: XLA or TensorFlow's own (oneDNN) graph, float32 or bfloat16 compute.
+
+`tfam train --jit auto --precision auto` (the defaults) picks them per machine:
+
+- On a GPU: XLA, and `mixed_bfloat16` where the GPU has bfloat16 units (compute capability 8.0 and up).
+- On a CPU, from its features first. Without bfloat16 units (AVX2; AVX-512 without BF16) the choice is
+  XLA and float32: XLA's fused float32 step was the faster one on every such machine measured
+  (BENCHMARKS.md), and bfloat16 there is emulated, slower than float32.
+- On a CPU with bfloat16 units (AMX, AVX-512 BF16), a short measurement: the model's largest matmul
+  (a training batch's rows by width by 4 x width, forward and backward) timed on each path. XLA has
+  no AMX kernels; oneDNN has, and multiplied bfloat16 five times faster than XLA on an AMX Xeon. The
+  fastest path wins; bfloat16 only where it beats float32 by `BFLOAT16_MARGIN`, since it also
+  rounds the activations.
+- Across several devices on CPUs (MirroredStrategy, multi-worker): no XLA (its collectives are not
+  there), float32.
+
+The choice and why are printed and written to the run's summary (`kernel_path`); an explicit
+`--jit on|off` or `--precision ...` is kept as given. Master weights, softmax, norms and the loss stay
+float32 under `mixed_bfloat16`, as Keras' mixed precision does.
+
+The flags can be overridden with `TFAM_CPU_FLAGS` (space-separated `/proc/cpuinfo` flags), to check
+the measured path on a machine without the units.
+"""
+
+import os
+import time
+
+import tensorflow as tf
+
+# Flags of CPUs with bfloat16 matrix units: AMX tiles, or AVX-512 BF16 dot products.
+BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
+# bfloat16 is chosen only when its step is this much faster than float32's.
+BFLOAT16_MARGIN = 1.15
+
+
+def cpu_flags():
+    """The CPU's feature flags (`/proc/cpuinfo`, or `TFAM_CPU_FLAGS`), a set; empty where unknown."""
+    override = os.environ.get("TFAM_CPU_FLAGS")
+    if override is not None:
+        return set(override.split())
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _seconds_per_step(step, repeats=5):
+    step()  # compiles
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    return (time.perf_counter() - start) / repeats
+
+
+def measure_matmul(rows, width, dtype, jit_compile):
+    """Seconds of one forward and backward `(rows, width) @ (width, 4 width)` on a path."""
+    x = tf.random.normal((rows, width), dtype=tf.float32)
+    w = tf.Variable(tf.random.normal((width, 4 * width), stddev=0.02))
+
+    @tf.function(jit_compile=jit_compile, autograph=False)
+    def step():
+        with tf.GradientTape() as tape:
+            y = tf.matmul(tf.cast(x, dtype), tf.cast(w, dtype))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32))
+        return tape.gradient(loss, w)
+
+    return _seconds_per_step(lambda: step().numpy())
+
+
+def _gpu_has_bfloat16():
+    for gpu in tf.config.list_physical_devices("GPU"):
+        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
+        if tuple(capability) < (8, 0):
+            return False
+    return True
+
+
+def choose_kernel_path(jit, precision, strategy, rows, width):
+    """`{"jit_compile": bool, "precision": str, "reason": str, ...}` for a run's settings.
+
+    `jit` is "auto", "on" or "off"; `precision` "auto" or a Keras dtype policy name; `rows` the tokens
+    of one replica's batch and `width` the model's width (the shape measured where a measurement decides).
+    """
+    multi_device = strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    chosen = {"jit_compile": None if jit == "auto" else jit == "on", "precision": None if precision == "auto" else precision}
+    if tf.config.list_logical_devices("GPU"):
+        return _fill(chosen, True, "mixed_bfloat16" if _gpu_has_bfloat16() else "float32", "GPU")
+    if multi_device:
+        return _fill(chosen, False, "float32", "several CPU devices: no XLA collectives")
+    flags = cpu_flags()
+    units = [flag for flag in BFLOAT16_FLAGS if flag in flags]
+    if not units:
+        return _fill(chosen, True, "float32", "CPU without bfloat16 units (" + _isa(flags) + "): XLA, float32")
+    # bfloat16 units: measure the paths still open.
+    jits = [chosen["jit_compile"]] if chosen["jit_compile"] is not None else [True, False]
+    precisions = [chosen["precision"]] if chosen["precision"] is not None else ["float32", "mixed_bfloat16"]
+    timings = {}
+    for jit_compile in jits:
+        for policy in precisions:
+            dtype = tf.bfloat16 if "bfloat16" in policy else tf.float16 if "float16" in policy else tf.float32
+            timings[(jit_compile, policy)] = measure_matmul(rows, width, dtype, jit_compile)
+    best = {}
+    for policy in precisions:
+        best[policy] = min((seconds, jit_compile) for (jit_compile, p), seconds in timings.items() if p == policy)
+    policy = "float32" if "float32" in best else precisions[0]
+    if "mixed_bfloat16" in best and (policy != "float32" or best["float32"][0] > BFLOAT16_MARGIN * best["mixed_bfloat16"][0]):
+        policy = "mixed_bfloat16"
+    measured = {f"{'xla' if j else 'onednn'}/{p}": round(s * 1e3, 3) for (j, p), s in timings.items()}
+    return {
+        "jit_compile": best[policy][1],
+        "precision": policy,
+        "reason": f"CPU with {', '.join(units)}: measured ({rows}x{width} @ {width}x{4 * width}, ms per step)",
+        "measured_ms": measured,
+    }
+
+
+def _isa(flags):
+    return next((name for name in ("avx512f", "avx2") if name in flags), "no AVX2")
+
+
+def _fill(chosen, jit_compile, precision, reason):
+    return {
+        "jit_compile": jit_compile if chosen["jit_compile"] is None else chosen["jit_compile"],
+        "precision": precision if chosen["precision"] is None else chosen["precision"],
+        "reason": reason,
+    }
+
+
+def describe(path):
+    """One line for the run's output: `kernel path: XLA, float32 (why)`."""
+    return f"kernel path: {'XLA' if path['jit_compile'] else 'TensorFlow graph (oneDNN)'}, {path['precision']} ({path['reason']})"
