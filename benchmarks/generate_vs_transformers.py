@@ -84,6 +84,21 @@ def run_keras_tfam(directory, precision, args):
     return {"tokens_per_s": speeds, "tokens": tokens, "version": f"TF {tf.__version__}"}
 
 
+def hf_greedy(model, new):
+    """`ids -> ids` through a Hugging Face `generate` (transformers' or optimum's): greedy, `new` tokens, KV cache."""
+    import torch
+
+    def generate(ids):
+        inputs = torch.tensor(ids)
+        with torch.no_grad():
+            return model.generate(
+                inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=new, min_new_tokens=new,
+                do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
+            ).numpy()
+
+    return generate
+
+
 def run_transformers(directory, precision, args):
     import torch
     import transformers
@@ -92,21 +107,12 @@ def run_transformers(directory, precision, args):
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[precision]
     model = transformers.GPT2LMHeadModel.from_pretrained(directory, dtype=dtype).eval()
 
-    def generate(ids):
-        inputs = torch.tensor(ids)
-        with torch.no_grad():
-            return model.generate(
-                inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.new, min_new_tokens=args.new,
-                do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
-            ).numpy()
-
-    speeds, tokens = timed(generate, args.batch, args.prompt, args.new, args.repeats)
+    speeds, tokens = timed(hf_greedy(model, args.new), args.batch, args.prompt, args.new, args.repeats)
     return {"tokens_per_s": speeds, "tokens": tokens, "version": f"transformers {transformers.__version__}"}
 
 
 def run_onnxruntime(directory, precision, args):
     import onnxruntime
-    import torch
     from optimum.onnxruntime import ORTModelForCausalLM
 
     exported = tempfile.mkdtemp()
@@ -120,14 +126,7 @@ def run_onnxruntime(directory, precision, args):
     else:
         model = ORTModelForCausalLM.from_pretrained(exported, use_cache=True)
 
-    def generate(ids):
-        inputs = torch.tensor(ids)
-        return model.generate(
-            inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.new, min_new_tokens=args.new,
-            do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
-        ).numpy()
-
-    speeds, tokens = timed(generate, args.batch, args.prompt, args.new, args.repeats)
+    speeds, tokens = timed(hf_greedy(model, args.new), args.batch, args.prompt, args.new, args.repeats)
     return {"tokens_per_s": speeds, "tokens": tokens, "version": f"onnxruntime {onnxruntime.__version__}"}
 
 
