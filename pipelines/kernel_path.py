@@ -103,12 +103,13 @@ def choose_kernel_path(jit, precision, strategy, rows, width):
         for policy in precisions:
             dtype = tf.bfloat16 if "bfloat16" in policy else tf.float16 if "float16" in policy else tf.float32
             timings[(jit_compile, policy)] = measure_matmul(rows, width, dtype, jit_compile)
-    best = {}
-    for policy in precisions:
-        best[policy] = min((seconds, jit_compile) for (jit_compile, p), seconds in timings.items() if p == policy)
-    policy = "float32" if "float32" in best else precisions[0]
-    if "mixed_bfloat16" in best and (policy != "float32" or best["float32"][0] > BFLOAT16_MARGIN * best["mixed_bfloat16"][0]):
-        policy = "mixed_bfloat16"
+    # Per precision, its fastest (seconds, jit_compile).
+    best = {p: min((s, j) for (j, q), s in timings.items() if q == p) for p in precisions}
+    if len(best) == 1:
+        (policy,) = best
+    else:
+        faster = best["float32"][0] > BFLOAT16_MARGIN * best["mixed_bfloat16"][0]
+        policy = "mixed_bfloat16" if faster else "float32"
     measured = {f"{'xla' if j else 'onednn'}/{p}": round(s * 1e3, 3) for (j, p), s in timings.items()}
     return {
         "jit_compile": best[policy][1],

@@ -92,8 +92,11 @@ def _model_width(config):
         return config.model_options["hidden_dim"]
     if config.init_from is None:
         return get_preset(config.model)[1].get("hidden_dim", 768)
-    with open(os.path.join(config.init_from, "config.json")) as f:
-        hf = json.load(f)
+    try:
+        with open(os.path.join(config.init_from, "config.json")) as f:
+            hf = json.load(f)
+    except (OSError, ValueError):
+        return 768  # only sizes a measurement: the checkpoint's loader names what is wrong with the directory
     return hf.get("hidden_size", hf.get("n_embd", 768))
 
 
