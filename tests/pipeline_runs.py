@@ -104,3 +104,13 @@ def copy_run(run, folder):
     copy = os.path.join(str(folder), os.path.basename(run))
     shutil.copytree(run, copy, symlinks=True)
     return copy
+
+
+def leftovers(run):
+    """What a finished run must not keep: temporaries, staging folders, locks (paths relative to `run`)."""
+    found = []
+    for root, folders, files in os.walk(run):
+        for name in folders + files:
+            if name.startswith((".tmp-", ".incomplete-", ".replaced-")) or name in (".lock", ".export.lock"):
+                found.append(os.path.relpath(os.path.join(root, name), run))
+    return found

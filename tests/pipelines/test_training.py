@@ -9,7 +9,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from pipeline_runs import REPO, run_tfam, tiny_args
+from pipeline_runs import REPO, leftovers, run_tfam, tiny_args
 
 from pipelines.callbacks import BestCheckpoint, SafeBackupAndRestore
 from pipelines.config import load_config
@@ -58,10 +58,12 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, small_wik
     assert resumed_epoch == 2
 
     result = run_tfam(tiny_args(small_wikitext, killed, **args))
+    assert "which is no longer running: taking it over" in result.stderr  # the killed run's lock
     summary = _summary(killed)
     assert summary["steps"] == 12
     assert summary["resumed_from_step"] == 3 * resumed_epoch
     assert "resumed at step" in result.stdout
+    assert os.listdir(os.path.join(killed, "export")) == ["1"] and leftovers(killed) == []
     for a, b in zip(_final_weights(killed), _final_weights(reference)):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
     assert abs(summary["validation"]["loss"] - _summary(reference)["validation"]["loss"]) < 1e-3
