@@ -71,6 +71,8 @@ class TrainConfig:
     cpu_devices: Optional[int] = None
     seed: int = 0
     out: str = "runs/gpt2_tiny"
+    # False: no SavedModel at the end (sweeps, tests); `tfam export RUN` writes one later.
+    export: bool = True
     export_dir: Optional[str] = None
     samples: int = 2
     sample_tokens: int = 32
@@ -185,6 +187,10 @@ class TrainConfig:
                 ok, expected = is_integer(value), "an integer"
                 if ok:
                     setattr(self, name, int(value))  # a NumPy integer too, stored as a Python int
+            elif field.type is bool:
+                ok, expected = isinstance(value, (bool, np.bool_)), "a boolean (true or false)"
+                if ok:
+                    setattr(self, name, bool(value))
             elif field.type in (float, Optional[float]):
                 ok = (is_integer(value) or isinstance(value, (float, np.floating))) and math.isfinite(value)
                 expected = "a finite number"
@@ -323,6 +329,8 @@ def add_config_arguments(parser):
             kind = int
         elif kind in (Optional[float], float):
             kind = float
+        elif kind is bool:
+            kind = parse_bool
         else:
             kind = str
         choices = {"model": tuple(PRESETS), "tokenizer": TOKENIZERS}.get(name)

@@ -11,7 +11,7 @@ Run directory layout (`--out RUN`):
     RUN/checkpoints/final.keras  the model at the end of training (+ final.json)
     RUN/logs/                    TensorBoard (train/, validation/)
     RUN/summary.json             the results
-    RUN/export/<version>/        the SavedModel for TF Serving (or --export-dir)
+    RUN/export/<version>/        the SavedModel for TF Serving (or --export-dir; none with --export off)
 
 Every file is written atomically and checked when it is read back (see
 `pipelines.files`); a damaged one is reported by name, with what is done
@@ -63,7 +63,7 @@ from pipelines.optimizer import GlobalClipAdamW
 from pipelines.run_lock import RunLock
 
 # Fields that may differ between a run and its resumption.
-_RESUMABLE = {"max_steps", "out", "export_dir", "profile_steps", "samples", "sample_tokens", "data_dir"}
+_RESUMABLE = {"max_steps", "out", "export", "export_dir", "profile_steps", "samples", "sample_tokens", "data_dir"}
 
 
 def configure_cpu_devices(count):
@@ -464,7 +464,7 @@ def _train_locked(config, strategy, run_dir):
             best.consider(result["loss"], steps)
 
     export_path = None
-    if _is_chief(strategy) and not stopped_on_nan:
+    if config.export and _is_chief(strategy) and not stopped_on_nan:
         exported = model
         if os.path.isfile(best_path):
             try:

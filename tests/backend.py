@@ -7,6 +7,11 @@ import pytest
 BACKEND = keras.backend.backend()
 tensorflow_only = pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow graphs with dynamic shapes")
 
+# The cheapest decoding loop to build, for tests of the generator's own logic rather than of a compiler: on
+# TensorFlow a graph without XLA (no XLA compilation); on JAX a jitted loop (its `lax.while_loop` compiles
+# with XLA either way, and only a jitted loop is kept for the next call instead of traced again).
+CHEAP_LOOP = {"jit_compile": BACKEND == "jax"}
+
 
 def gradients(fn, *inputs):
     """NumPy gradients of the scalar `fn(*inputs)` with respect to each input."""

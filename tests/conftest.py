@@ -22,7 +22,15 @@ EVERY_BACKEND_FILES = (
 )
 
 
+# Tests of those files that check what no backend changes. GPT-2 small's parameter count is its variables'
+# shapes, from backend-neutral code; on JAX the build also draws its 124M initial values with threefry,
+# 24 s under the suite's XLA -O0 (on TensorFlow it builds in a stateless scope, without drawing them).
+SAME_ON_EVERY_BACKEND = ("tests/models/test_gpt2_lm.py::test_gpt2_small_has_the_original_parameter_count",)
+
+
 def runs_on_every_backend(item):
+    if item.nodeid in SAME_ON_EVERY_BACKEND:
+        return False
     return (
         item.nodeid.startswith(EVERY_BACKEND_FILES)
         or (item.cls is not None and item.cls.__name__.endswith("Harness"))

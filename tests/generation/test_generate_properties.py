@@ -11,6 +11,7 @@ prompts with ids outside the vocabulary, at every argument of
 import keras
 import numpy as np
 import pytest
+from backend import CHEAP_LOOP
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -82,7 +83,7 @@ def call_generate(model, name, value):
         options["sampler"] = get_sampler(options["sampler"], **{name: value})
     else:
         options[name] = value
-    return model.generate(PROMPTS, max_new_tokens, jit_compile=False, **options), max_new_tokens
+    return model.generate(PROMPTS, max_new_tokens, **CHEAP_LOOP, **options), max_new_tokens
 
 
 @PROPERTY
@@ -122,7 +123,7 @@ prompt_ids = st.one_of(
 @example(prompts=[[float("nan")]])
 def test_generate_prompts(model, prompts):
     try:
-        tokens = model.generate(prompts, 2, jit_compile=False)
+        tokens = model.generate(prompts, 2, **CHEAP_LOOP)
     except ValueError as error:
         message = str(error)
         assert "\n" not in message and "token_ids" in message.lower().replace(" ", "_") or "prompt" in message, message

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from backend import CHEAP_LOOP
 
 from keras_tfam.generation import generator as generator_module
 from keras_tfam.generation.generator import Generator, length_bucket
@@ -22,9 +23,9 @@ def test_length_buckets_are_four_per_octave():
 
 def test_nearby_lengths_share_one_compiled_loop_and_keep_their_tokens():
     model = tiny()
-    longest = model.generate([[1, 2, 3]], 24, jit_compile=False)
+    longest = model.generate([[1, 2, 3]], 24, **CHEAP_LOOP)
     for n in (17, 19, 21, 23):
-        out = model.generate([[1, 2, 3]], n, jit_compile=False)
+        out = model.generate([[1, 2, 3]], n, **CHEAP_LOOP)
         assert out.shape == (1, 3 + n)
         np.testing.assert_array_equal(out, longest[:, : 3 + n])  # greedy: a prefix of the longer run
     # 17 and 19 share the bucket 20, 21 and 23 share 24 (with 24 itself): two loops, not five.
@@ -36,7 +37,7 @@ def test_the_compiled_loops_kept_are_bounded(monkeypatch):
     monkeypatch.setattr(generator_module, "MAX_COMPILED_LOOPS", 2)
     model = tiny()
     for n in (3, 20, 40, 3):
-        model.generate([[1, 2]], n, jit_compile=False)
+        model.generate([[1, 2]], n, **CHEAP_LOOP)
     assert len(Generator.for_model(model)._functions) == 2
 
 
@@ -48,14 +49,14 @@ def test_the_compiled_loops_kept_are_bounded(monkeypatch):
 ])
 def test_stop_and_pad_ids_outside_the_vocabulary_are_refused(arguments, message):
     with pytest.raises(ValueError, match=message):
-        tiny().generate([[1, 2]], 3, jit_compile=False, **arguments)
+        tiny().generate([[1, 2]], 3, **CHEAP_LOOP, **arguments)
 
 
 def test_numpy_scalars_are_accepted():
     model = tiny()
-    expected = model.generate([[1, 2]], 5, jit_compile=False, stop_token_ids=[4], pad_token_id=0)
-    out = model.generate([[1, 2]], np.int64(5), jit_compile=False, stop_token_ids=np.array([4]),
+    expected = model.generate([[1, 2]], 5, **CHEAP_LOOP, stop_token_ids=[4], pad_token_id=0)
+    out = model.generate([[1, 2]], np.int64(5), **CHEAP_LOOP, stop_token_ids=np.array([4]),
                          pad_token_id=np.int32(0))
     np.testing.assert_array_equal(out, expected)
-    sampled = model.generate([[1, 2]], np.int32(4), sampler="top_p", seed=np.int64(3), jit_compile=False)
+    sampled = model.generate([[1, 2]], np.int32(4), sampler="top_p", seed=np.int64(3), **CHEAP_LOOP)
     assert sampled.shape == (1, 6)

@@ -1,5 +1,3 @@
-import contextlib
-
 import keras
 import numpy as np
 import pytest
@@ -18,10 +16,9 @@ def tiny(**overrides):
 
 
 def test_gpt2_small_has_the_original_parameter_count():
-    # On TensorFlow a stateless scope defers the variables' initialisation (the count needs their shapes
-    # only); on JAX it makes the build slower (7.7 s against 4.4 s), so there the model is built as is.
-    scope = keras.StatelessScope() if keras.config.backend() == "tensorflow" else contextlib.nullcontext()
-    with scope:
+    # A stateless scope defers the variables' initialisation: the count needs their shapes only. (On
+    # TensorFlow alone: tests/conftest.py.)
+    with keras.StatelessScope():
         model = GPT2LM.from_preset("gpt2_small")
     assert model.count_params() == 124_439_808
 

@@ -50,7 +50,7 @@ def test_a_quantized_model_generates_saves_and_loads_with_its_quantized_weights(
     tokens = rng.integers(0, 61, size=(2, 12)).astype("int32")
     float_logits = numpy(model(tokens))
     float_bytes = sum(v.numpy().nbytes for v in model.weights)
-    model.generate([[1, 2, 3]], 4)  # a compiled loop over the float weights, which quantize must replace
+    # (A loop compiled before `quantize` is replaced: tests/generation/test_weight_changes.py.)
     model.quantize(mode)
     assert model.token_embedding.quantization_mode == mode
     assert np.asarray(model.token_embedding.embeddings).dtype == np.int8  # int4: two values a byte

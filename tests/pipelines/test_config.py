@@ -4,6 +4,7 @@ import argparse
 import json
 import re
 
+import numpy as np
 import pytest
 
 from pipelines.config import load_config, parse_bool
@@ -91,3 +92,12 @@ def test_numpy_scalars_are_stored_as_python_numbers():
     assert (config.batch_size, config.learning_rate) == (4, 0.5) and type(config.batch_size) is int
     assert config.model_options == {"num_layers": 2, "dropout": 0.25} and type(config.model_options["num_layers"]) is int
     json.dumps(config.to_dict())  # config.json can hold it
+
+
+def test_export_is_a_boolean_in_a_config_file_and_on_the_command_line(tmp_path):
+    assert load_config("gpt2_tiny").export is True
+    assert load_config("gpt2_tiny", {"export": np.bool_(False)}).export is False
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"export": "no"}))  # a string in JSON is not a boolean
+    with pytest.raises(ValueError, match=r"`export` must be a boolean \(true or false\). Received: export='no'"):
+        load_config(str(path))

@@ -46,7 +46,8 @@ def test_config_errors_come_before_any_work(tmp_path, small_wikitext):
 def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, small_wikitext):
     args = dict(**{"max-steps": 12, "backup-every": 3, "eval-every": 6})
     reference = str(tmp_path / "reference")
-    run_tfam(tiny_args(small_wikitext, reference, **args))
+    run_tfam(tiny_args(small_wikitext, reference, **args, export="off"))  # compared by its weights and loss
+    assert _summary(reference)["export"] is None and not os.path.exists(os.path.join(reference, "export"))
 
     killed = str(tmp_path / "killed")
     metadata = os.path.join(killed, "backup", "training_metadata.json")
@@ -75,11 +76,10 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, small_wik
 def test_two_mirrored_replicas_match_one_device(tmp_path, small_wikitext):
     args = {"max-steps": 6, "backup-every": 3, "eval-every": 6}
     single = str(tmp_path / "single")
-    run_tfam(tiny_args(small_wikitext, single, **args, **{"batch-size": 4, "jit": "off"}))
+    run_tfam(tiny_args(small_wikitext, single, **args, **{"batch-size": 4, "jit": "off", "export": "no"}))
     mirrored = str(tmp_path / "mirrored")
-    run_tfam(
-        tiny_args(small_wikitext, mirrored, **args, **{"batch-size": 2, "cpu-devices": 2, "strategy": "mirrored"})
-    )
+    run_tfam(tiny_args(small_wikitext, mirrored, **args,
+                       **{"batch-size": 2, "cpu-devices": 2, "strategy": "mirrored", "export": "false"}))
     assert _summary(mirrored)["replicas"] == 2 and _summary(mirrored)["jit_compile"] is False
     # Same batches, same initial weights, gradients all-reduced then clipped (as on
     # one device). What remains is float summation order: the two half-batch
