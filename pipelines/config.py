@@ -129,6 +129,8 @@ class TrainConfig:
         checks.append(("seed", self.seed >= 0, "a non-negative integer"))
         checks.append(("dataset", self.dataset in WIKITEXT_VARIANTS, f"one of {WIKITEXT_VARIANTS}"))
         checks.append(("out", bool(self.out.strip()), "a directory path"))
+        # An export folder for a run that exports nothing would be dropped without a word.
+        checks.append(("export_dir", self.export or self.export_dir is None, "unset with `export` off"))
         checks.append((
             "profile_steps",
             self.profile_steps is None or _is_step_range(self.profile_steps),

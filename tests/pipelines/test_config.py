@@ -101,3 +101,5 @@ def test_export_is_a_boolean_in_a_config_file_and_on_the_command_line(tmp_path):
     path.write_text(json.dumps({"export": "no"}))  # a string in JSON is not a boolean
     with pytest.raises(ValueError, match=r"`export` must be a boolean \(true or false\). Received: export='no'"):
         load_config(str(path))
+    with pytest.raises(ValueError, match=r"`export_dir` must be unset with `export` off. Received: export_dir='x'"):
+        load_config("gpt2_tiny", {"export": False, "export_dir": "x"})
