@@ -67,9 +67,9 @@ def write_checkpoint(directory):
 
 
 def run_keras_tfam(directory, precision, args):
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # `KERAS_BACKEND=jax` on the GPU machine (no TensorFlow)
+    import keras
     import numpy as np
-    import tensorflow as tf
 
     from keras_tfam.generation import with_dtype
     from keras_tfam.models import GPT2LM
@@ -81,20 +81,22 @@ def run_keras_tfam(directory, precision, args):
         lambda ids: np.asarray(model.generate(ids.astype("int32"), max_new_tokens=args.new)),
         args.batch, args.prompt, args.new, args.repeats,
     )
-    return {"tokens_per_s": speeds, "tokens": tokens, "version": f"TF {tf.__version__}"}
+    backend = keras.config.backend()
+    version = __import__(backend).__version__
+    return {"tokens_per_s": speeds, "tokens": tokens, "version": f"keras {keras.__version__}, {backend} {version}"}
 
 
-def hf_greedy(model, new):
+def hf_greedy(model, new, device="cpu"):
     """`ids -> ids` through a Hugging Face `generate` (transformers' or optimum's): greedy, `new` tokens, KV cache."""
     import torch
 
     def generate(ids):
-        inputs = torch.tensor(ids)
+        inputs = torch.tensor(ids, device=device)
         with torch.no_grad():
             return model.generate(
                 inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=new, min_new_tokens=new,
                 do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
-            ).numpy()
+            ).cpu().numpy()  # waits for the device
 
     return generate
 
@@ -105,9 +107,9 @@ def run_transformers(directory, precision, args):
 
     torch.set_num_threads(os.cpu_count())
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[precision]
-    model = transformers.GPT2LMHeadModel.from_pretrained(directory, dtype=dtype).eval()
+    model = transformers.GPT2LMHeadModel.from_pretrained(directory, dtype=dtype).eval().to(args.device)
 
-    speeds, tokens = timed(hf_greedy(model, args.new), args.batch, args.prompt, args.new, args.repeats)
+    speeds, tokens = timed(hf_greedy(model, args.new, args.device), args.batch, args.prompt, args.new, args.repeats)
     return {"tokens_per_s": speeds, "tokens": tokens, "version": f"transformers {transformers.__version__}"}
 
 
@@ -144,7 +146,10 @@ def compare(args):
     peers = args.peers_python or sys.executable
     needs = {"transformers": ("torch", "transformers"), "onnxruntime": ("optimum.onnxruntime", "onnxruntime")}
     directory = tempfile.mkdtemp()
-    common = ["--batch", *args.batch, "--prompt", args.prompt, "--new", args.new, "--repeats", args.repeats]
+    common = [
+        "--batch", *args.batch, "--prompt", args.prompt, "--new", args.new, "--repeats", args.repeats,
+        "--device", args.device,
+    ]
     versions = run_json(__file__, "--engine", "write", "--checkpoint", directory, python=peers)
     results = {}
     for engine in args.engines:
@@ -165,7 +170,8 @@ def compare(args):
             with open(args.json, "w") as f:
                 json.dump({"machine": cpu(), "settings": vars(args), "results": results}, f)
 
-    print(f"\nmachine: {cpu()}; torch {versions['torch']}, transformers {versions['transformers']}")
+    where = cpu() if args.device == "cpu" else f"{gpu_name()} (host: {cpu()})"
+    print(f"\nmachine: {where}; torch {versions['torch']}, transformers {versions['transformers']}")
     print(f"GPT-2 small, random weights, prompt {args.prompt}, {args.new} new tokens, greedy, median of {args.repeats}\n")
     reference = results.get("transformers-float32")
     for batch in map(str, args.batch):
@@ -186,6 +192,14 @@ def compare(args):
                 raise SystemExit(f"batch {batch}: keras_tfam float32 tokens differ from transformers' float32 tokens")
 
 
+def gpu_name():
+    query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+    try:
+        return subprocess.run(query, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "a GPU"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
@@ -194,6 +208,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--peers-python", help="the Python of the peers (default: this one)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="the peers' device; ours runs where its backend does (JAX on a GPU: KERAS_BACKEND=jax)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds an engine may take (then: no result)")
     parser.add_argument("--json", help="also write the results there, engine by engine")
     parser.add_argument("--engine", help=argparse.SUPPRESS)  # one engine, in this process (internal)

@@ -47,12 +47,25 @@ def run_ours(args):
 
     from keras_tfam.models import GPT2LM
 
+    from keras_tfam.layers.attention import multi_head_attention
+    from keras_tfam.ops.attention import flash_attention_fits
+
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     keras.utils.set_random_seed(0)
     sizes = {} if args.size == "small" else {"num_layers": 2, "num_heads": 2, "hidden_dim": 64}
     model = GPT2LM.from_preset(
         "gpt2_small", vocabulary_size=VOCABULARY, max_sequence_length=args.length, dropout=0.0, **sizes
     )
+    heads = keras.ops.zeros((1, 8, model.num_heads, model.hidden_dim // model.num_heads), "bfloat16")
+    flash = flash_attention_fits(heads, heads) and not args.no_flash
+    # The fused kernel against the explicit path on the same weights: largest logit difference (bfloat16).
+    sample = random_tokens(2 * args.length, seed=2).astype("int32").reshape(2, args.length)
+    fused_logits = np.asarray(model.predict_on_batch(sample), np.float32)
+    multi_head_attention.flash_attention_fits = lambda query, key: False
+    model.predict_function = None  # traced again, now without the fused kernel
+    explicit_logits = np.asarray(model.predict_on_batch(sample), np.float32)
+    if flash:
+        multi_head_attention.flash_attention_fits = flash_attention_fits
     model.compile(
         keras.optimizers.AdamW(6e-4, beta_2=0.95, weight_decay=0.1),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -74,6 +87,10 @@ def run_ours(args):
         "layers": model.num_layers,
         "width": model.hidden_dim,
         "backend": keras.config.backend(),
+        "flash_attention": flash,
+        "fused_vs_explicit_max_logit_difference": float(np.max(np.abs(fused_logits - explicit_logits))),
+        "logit_scale": float(np.max(np.abs(explicit_logits))),
+        "final_loss": float(history.history["loss"][-1]),
     }
 
 
@@ -96,8 +113,11 @@ def run_nanogpt(args):
     }
     output = subprocess.run(
         [args.peers_python, "train.py", *[f"--{k}={v}" for k, v in options.items()]],
-        cwd=workdir, capture_output=True, text=True, check=True,
-    ).stdout
+        cwd=workdir, capture_output=True, text=True,
+    )
+    if output.returncode != 0:
+        raise SystemExit(f"nanoGPT's train.py failed:\n{output.stderr[-3000:]}")
+    output = output.stdout
     times = [float(t) for t in re.findall(r"^iter \d+: loss [\d.]+, time ([\d.]+)ms", output, re.M)]
     seconds = statistics.median(times[args.warmup:]) / 1e3
     return {"tokens_per_s": args.batch * args.length / seconds}
@@ -114,6 +134,7 @@ def main():
     parser.add_argument("--peers-python", default=sys.executable)
     parser.add_argument("--device", default="cuda", help="the peer's device (cuda; cpu to try the script)")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bfloat16 peak (default: by its name)")
+    parser.add_argument("--no-flash", action="store_true", help="ours without the fused attention kernel (ablation)")
     parser.add_argument("--engine", choices=("ours", "nanogpt"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine:
@@ -123,9 +144,13 @@ def main():
     sys.path.insert(0, here)
     from timing import run_json
 
-    forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if v is not None and k != "engine"]
+    forwarded = [
+        f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if v not in (None, False) and k != "engine"
+    ]
+    forwarded = [f.split("=")[0] if f.endswith("=True") else f for f in forwarded]
     ours = run_json(__file__, "--engine", "ours", *forwarded)
-    results = {"keras_tfam (JAX)": ours}
+    name = "keras_tfam (JAX" + (", flash attention)" if ours["flash_attention"] else ")")
+    results = {name: ours}
     if args.nanogpt:
         results["nanoGPT (torch.compile)" if args.device == "cuda" else "nanoGPT"] = run_json(
             __file__, "--engine", "nanogpt", *forwarded

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The GPU check of issue 25: GPT-2 small training on the lent GPU machine (JAX backend; it has JAX and
-# PyTorch, no TensorFlow and no Keras) against nanoGPT on the same GPU (benchmarks/gpu_train.py).
+# The GPU check of issue 25 on the lent GPU machine (JAX backend; it has JAX, PyTorch and transformers, no
+# TensorFlow and no Keras): GPT-2 small training against nanoGPT on the same GPU (benchmarks/gpu_train.py)
+# and greedy decoding against transformers (benchmarks/generate_vs_transformers.py --device cuda).
 #
 # Here, once:   bash scripts/gpu_bench.sh prepare /path/to/nanoGPT-checkout
 #   downloads the wheels the machine lacks (keras, namex, optree; Python 3.12) into .whl/ and copies
 #   nanoGPT's train.py, model.py and configurator.py into .peers/nanoGPT/ (both kept out of git by
 #   .git/info/exclude: nanoGPT's code is not part of this repository).
 # Then, with the device tool:   run(command="bash scripts/gpu_bench.sh", carry=[".whl", ".peers"], timeout_s=540)
-#   prints the table and leaves the log in $OUT/gpu_train.log.
+#   prints the tables (training against nanoGPT, decoding against transformers, training without the
+#   fused attention kernel) and leaves their logs and JSON in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "prepare" ]; then
@@ -26,5 +28,15 @@ fi
 [ "$#" -eq 0 ] || { echo "usage: bash scripts/gpu_bench.sh [prepare NANOGPT_CHECKOUT]" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="/tmp/site:$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+out="${OUT:-/tmp}"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
-python3 benchmarks/gpu_train.py --nanogpt .peers/nanoGPT --peers-python python3 2>&1 | tee "${OUT:-/tmp}/gpu_train.log"
+status=0
+# 1. Training: ours (the fused attention kernel, checked against the explicit path) against nanoGPT.
+python3 benchmarks/gpu_train.py --nanogpt .peers/nanoGPT --peers-python python3 2>&1 | tee "$out/gpu_train.log" || status=1
+# 2. Greedy decoding of GPT-2 small against transformers on the GPU, float32 and bfloat16.
+python3 benchmarks/generate_vs_transformers.py --device cuda --batch 1 8 --peers-python python3 \
+  --engines keras_tfam-float32 keras_tfam-bfloat16 transformers-float32 transformers-bfloat16 \
+  --json "$out/gpu_generate.json" 2>&1 | tee "$out/gpu_generate.log" || status=1
+# 3. Ours without the fused kernel: what it is worth.
+python3 benchmarks/gpu_train.py --no-flash 2>&1 | tee "$out/gpu_train_no_flash.log" || status=1
+exit $status

@@ -3,6 +3,8 @@
 from keras_tfam.ops.attention import (
     apply_attention_weights,
     attention_weights,
+    flash_attention_fits,
+    flash_causal_attention,
     scaled_dot_product_attention,
 )
 from keras_tfam.ops.banded import banded_attention
@@ -21,6 +23,8 @@ from keras_tfam.ops.relative_shift import relative_shift
 __all__ = [
     "apply_attention_weights",
     "attention_weights",
+    "flash_attention_fits",
+    "flash_causal_attention",
     "scaled_dot_product_attention",
     "banded_attention",
     "causal_mask",

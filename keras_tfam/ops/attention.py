@@ -179,3 +179,68 @@ def scaled_dot_product_attention(
     if return_attention_weights:
         return outputs, weights
     return outputs
+
+
+def flash_attention_fits(query, key):
+    """Whether causal self-attention of these heads can run as one fused (flash) kernel here.
+
+    Yes on the JAX backend on a GPU (cuDNN's fused attention, through
+    `keras.ops.dot_product_attention`), for bfloat16 or float16 heads of at
+    most 128 dimensions, a multiple of 8. Elsewhere the score matrix is
+    built explicitly (by query blocks when long: see `MultiHeadAttention`),
+    which on a CPU is as fast and keeps float32 scores.
+
+    Args:
+        query: `(B, T, N, H)` query heads.
+        key: `(B, S, K, H)` key heads.
+
+    Returns:
+        A Python bool.
+
+    Examples:
+        >>> heads = keras.ops.ones((1, 4, 2, 8), "bfloat16")
+        >>> flash_attention_fits(heads, heads)  # on a CPU
+        False
+    """
+    import keras
+
+    if keras.config.backend() != "jax" or not _on_gpu():
+        return False
+    head_dim = static_dim(query.shape[-1])
+    dtypes = {keras.backend.standardize_dtype(t.dtype) for t in (query, key)}
+    return dtypes <= {"bfloat16", "float16"} and len(dtypes) == 1 and head_dim is not None and (
+        head_dim % 8 == 0 and head_dim <= 128
+    )
+
+
+def _on_gpu():
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+def flash_causal_attention(query, key, value, scale=None):
+    """Causal self-attention `(B, T, N, H)` over `(B, T, K, H)` keys in one fused kernel (Dao et al. 2022).
+
+    Only where `flash_attention_fits`; the scores never leave the chip, the
+    softmax statistics are float32 inside the kernel. Same result as
+    `scaled_dot_product_attention` with a causal mask, to the rounding of
+    the half-precision inputs.
+
+    Args:
+        query: `(B, T, N, H)`, bfloat16 or float16.
+        key: `(B, T, K, H)` with `N` a multiple of `K` (grouped-query heads).
+        value: `(B, T, K, H)`.
+        scale: score multiplier, default `1 / sqrt(H)`.
+
+    Returns:
+        `(B, T, N, H)` in the dtype of `query`.
+
+    Examples:
+        >>> q = k = v = keras.random.normal((2, 128, 12, 64), dtype="bfloat16")
+        >>> if flash_attention_fits(q, k):  # a GPU
+        ...     outputs = flash_causal_attention(q, k, v)
+    """
+    import keras
+
+    return keras.ops.dot_product_attention(query, key, value, scale=scale, is_causal=True, flash_attention=True)

@@ -6,7 +6,13 @@ from keras import ops
 from keras_tfam.layers.attention.base_attention import BaseAttention
 from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
-from keras_tfam.ops.attention import apply_attention_weights, attention_weights, scaled_dot_product_attention
+from keras_tfam.ops.attention import (
+    apply_attention_weights,
+    attention_weights,
+    flash_attention_fits,
+    flash_causal_attention,
+    scaled_dot_product_attention,
+)
 from keras_tfam.ops.banded import band_block_size, banded_attention
 from keras_tfam.utils import static_dim, static_int
 
@@ -84,7 +90,9 @@ class MultiHeadAttention(BaseAttention):
     Causal self-attention over 128 positions or more (static lengths, no
     cache, no band) runs in 4 blocks of queries, each over the keys up to
     its last position: the score blocks above the diagonal, all masked,
-    are skipped.
+    are skipped. On a GPU (JAX backend, bfloat16 or float16 heads), such
+    plain causal self-attention (no padding, window, pattern or score bias)
+    runs as one fused flash-attention kernel instead (`flash_attention_fits`).
 
     The pipeline (projections, position scheme, cache, merge) is
     `BaseAttention`'s; this class is its softmax kernel (`attend`). Kinds
@@ -176,6 +184,8 @@ class MultiHeadAttention(BaseAttention):
                 attend=lambda q, k, v, mask, bias: self._compute_attention(q, k, v, mask, bias, context.training, False)[0],
             )
             return outputs, None, None
+        if plain and self._flash_fits(query, key, query_length, key_length, context):
+            return flash_causal_attention(query, key, value, self.scale), None, None
         blocks = None
         if context.causal and not context.cached and not context.return_attention_scores:
             blocks = _causal_query_blocks(query_length, key_length, context.attention_mask)
@@ -208,6 +218,19 @@ class MultiHeadAttention(BaseAttention):
                 context.training,
             )
         return self._compute_attention(query, key, value, mask, bias, context.training, context.return_attention_scores)
+
+    def _flash_fits(self, query, key, query_length, key_length, context):
+        """Whether this call is plain causal self-attention that a fused kernel computes (`flash_attention_fits`):
+        no padding, window, pattern, score-changing position scheme or active dropout."""
+        return (
+            context.causal and query_length is not None and query_length == key_length
+            and context.query_mask is None and context.key_mask is None
+            and context.window is None and self.pattern is None
+            and (self.position is None or not self.position.acts_on_scores)
+            and not (self.dropout and context.training)
+            and type(self)._compute_attention is MultiHeadAttention._compute_attention
+            and flash_attention_fits(query, key)
+        )
 
     def _position_fits_band(self):
         """Whether the position scheme works per block of a band: rotations and position-only biases do;
