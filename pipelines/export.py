@@ -37,7 +37,7 @@ token-level signatures only (loadable by any TensorFlow), and
 `generate_text` goes to a second model, `<export_dir>-text/<version>/`.
 
 An imported checkpoint's tokenizer (`tfam train --init-from`) runs in Python
-(`tokenizers`, `sentencepiece`), not in a graph: its run's `<version>/` holds
+(`tokenizers`), not in a graph: its run's `<version>/` holds
 the token-level signatures, and its files in `<version>/assets.extra/tokenizer/`
 (where TF Serving allows extra files), for a client to tokenize with
 `keras_tfam.convert.HuggingFaceTokenizer` or transformers.
