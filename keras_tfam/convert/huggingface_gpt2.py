@@ -1,9 +1,10 @@
 """Import of Hugging Face GPT-2 checkpoints (`config.json` + `model.safetensors`).
 
-Reads the tensors with the `safetensors` NumPy API (no PyTorch). Accepts both
-layouts found in the wild: the one `save_pretrained` writes (`transformer.`
-prefix) and the one of the original GPT-2 checkpoints on the hub (no prefix,
-plus the non-parameter buffers `h.N.attn.bias` and `h.N.attn.masked_bias`).
+Reads the tensors one at a time through `SafetensorsCheckpoint` (no PyTorch;
+one file or shards with an index). Accepts both layouts found in the wild: the
+one `save_pretrained` writes (`transformer.` prefix) and the one of the
+original GPT-2 checkpoints on the hub (no prefix, plus the non-parameter
+buffers `h.N.attn.bias` and `h.N.attn.masked_bias`).
 GPT-2's `Conv1D` stores weights `[in, out]`, like a Keras `Dense` kernel.
 """
 
@@ -12,6 +13,8 @@ import os
 import re
 
 import numpy as np
+
+from keras_tfam.convert.safetensors_checkpoint import SafetensorsCheckpoint, assign_tensors
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 # Causal-mask buffers of older checkpoints: GPT-2's `h.N.attn.bias`, GPT-Neo's `h.N.attn.attention.bias`.
@@ -62,30 +65,23 @@ def _read_config(directory):
     return config
 
 
-def read_tensors(directory):
-    """The tensors of `model.safetensors`, without the `transformer.` prefix and the mask buffers."""
-    from safetensors.numpy import load_file
-
-    path = os.path.join(directory, "model.safetensors")
-    if not os.path.isfile(path):
-        found = sorted(os.listdir(directory))
-        raise FileNotFoundError(
-            f"No model.safetensors in {directory!r} (found: {found}). Convert PyTorch .bin "
-            "checkpoints to safetensors first."
-        )
-    try:
-        loaded = load_file(path)
-    except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError (and others)
+def open_checkpoint(directory):
+    """`(SafetensorsCheckpoint, rename, ignore)` of a GPT-2-layout directory: names without the `transformer.`
+    prefix; the mask buffers and a tied `lm_head.weight` ignored (a `ValueError` unless it equals `wte.weight`)."""
+    checkpoint = SafetensorsCheckpoint(directory)
+    names = {_strip(name): name for name in checkpoint.names()}
+    if "lm_head.weight" in names and "wte.weight" in names and not np.array_equal(
+        checkpoint.tensor(names["lm_head.weight"]), checkpoint.tensor(names["wte.weight"])
+    ):
         raise ValueError(
-            f"{path} cannot be read as safetensors ({type(error).__name__}: {error}; {os.path.getsize(path):,} bytes): "
-            "is the download complete?"
-        ) from None
-    tensors = {}
-    for name, value in loaded.items():
-        name = name[len("transformer.") :] if name.startswith("transformer.") else name
-        if not _BUFFER.match(name):
-            tensors[name] = value
-    return tensors
+            "lm_head.weight differs from wte.weight: GPT2LM ties its output head to the "
+            "token embedding and cannot load an untied head."
+        )
+    return checkpoint, _strip, lambda name: bool(_BUFFER.match(name)) or name == "lm_head.weight"
+
+
+def _strip(name):
+    return name[len("transformer.") :] if name.startswith("transformer.") else name
 
 
 def huggingface_gpt2_arguments(config):
@@ -151,44 +147,13 @@ def gpt2_weight_map(model):
     return mapping
 
 
-def assign_weights(mapping, tensors, source):
-    """Assigns `tensors` through `mapping`; every error names the tensor."""
-    missing = sorted(set(mapping) - set(tensors))
-    unexpected = sorted(set(tensors) - set(mapping))
-    if missing or unexpected:
-        raise ValueError(
-            f"Tensors of {source} do not match the model. Missing: {missing}. Unexpected: {unexpected}."
-        )
-    for name, targets in mapping.items():
-        value = np.asarray(tensors[name])
-        for variable, transform in targets:
-            part = value if transform is None else transform(value)
-            if tuple(part.shape) != tuple(variable.shape):
-                raise ValueError(
-                    f"Shape mismatch for tensor {name!r} of {source}: the model expects "
-                    f"{tuple(variable.shape)}, the checkpoint has {tuple(value.shape)}."
-                )
-            variable.assign(part.astype(variable.dtype))
-
-
 def load_huggingface_gpt2(directory, cls, **overrides):
     """Builds `cls` (GPT2LM) from a Hugging Face GPT-2 directory and loads its weights."""
     config = _read_config(directory)
-    tensors = read_tensors(directory)
+    checkpoint, rename, ignore = open_checkpoint(directory)
     missing = [key for key in ("vocab_size", "n_layer", "n_head", "n_embd", "n_positions") if key not in config]
     if missing:
         raise ValueError(f"{os.path.join(directory, 'config.json')} lacks the GPT-2 config key(s) {missing}")
-    check_tied_head(tensors)
     model = cls(**{**huggingface_gpt2_arguments(config), **overrides})
-    assign_weights(gpt2_weight_map(model), tensors, os.path.join(directory, "model.safetensors"))
+    assign_tensors(gpt2_weight_map(model), checkpoint, rename=rename, ignore=ignore)
     return model
-
-
-def check_tied_head(tensors):
-    """Removes `lm_head.weight` from `tensors`; a `ValueError` unless it equals the token embedding."""
-    lm_head = tensors.pop("lm_head.weight", None)
-    if lm_head is not None and "wte.weight" in tensors and not np.array_equal(lm_head, tensors["wte.weight"]):
-        raise ValueError(
-            "lm_head.weight differs from wte.weight: GPT2LM ties its output head to the "
-            "token embedding and cannot load an untied head."
-        )

@@ -13,16 +13,14 @@ loader must honour (see `GPTNeoSelfAttention` in transformers):
 - scores are not divided by `sqrt(head_dim)` (`scale=1.0`).
 """
 
-import os
 
 from keras_tfam.convert.huggingface_gpt2 import (
-    assign_weights,
     check_activation,
-    check_tied_head,
     embeddings_and_norms_map,
+    open_checkpoint,
     read_config,
-    read_tensors,
 )
+from keras_tfam.convert.safetensors_checkpoint import assign_tensors
 from keras_tfam.models.decoder_lm import LOCAL_LAYERS, local_layer_indices
 
 _KINDS = ("global", "local")
@@ -96,8 +94,7 @@ def gpt_neo_weight_map(model):
 def load_huggingface_gpt_neo(directory, cls, **overrides):
     """Builds `cls` (GPT2LM) from a Hugging Face GPT-Neo directory and loads its weights."""
     config = read_config(directory, "gpt_neo")
-    tensors = read_tensors(directory)
-    check_tied_head(tensors)
+    checkpoint, rename, ignore = open_checkpoint(directory)
     model = cls(**{**huggingface_gpt_neo_arguments(config), **overrides})
-    assign_weights(gpt_neo_weight_map(model), tensors, os.path.join(directory, "model.safetensors"))
+    assign_tensors(gpt_neo_weight_map(model), checkpoint, rename=rename, ignore=ignore)
     return model

@@ -27,11 +27,10 @@ import math
 import os
 import re
 
-import ml_dtypes
 import numpy as np
 
 from keras_tfam.convert.huggingface_gpt2 import read_config
-from keras_tfam.convert.safetensors_checkpoint import SafetensorsCheckpoint
+from keras_tfam.convert.safetensors_checkpoint import SafetensorsCheckpoint, assign_tensors
 from keras_tfam.layers.position.rope_scaling import ROPE_SCALINGS, check_rope_scaling
 from keras_tfam.models.decoder_lm import DecoderLM
 
@@ -184,38 +183,6 @@ def llama_weight_map(model):
     return mapping
 
 
-def _numpy_dtype(variable):
-    dtype = str(getattr(variable.dtype, "name", variable.dtype)).replace("torch.", "")
-    return ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
-
-
-def assign_from_checkpoint(mapping, checkpoint, rename=lambda name: name, ignore=lambda name: False):
-    """Assigns a `SafetensorsCheckpoint`'s tensors through `mapping`, one tensor at a time.
-
-    `rename` maps a checkpoint name to the mapping's; names `ignore` accepts
-    are skipped. Every error names the tensor.
-    """
-    names = {rename(name): name for name in checkpoint.names() if not ignore(rename(name))}
-    missing = sorted(set(mapping) - set(names))
-    unexpected = sorted(set(names) - set(mapping))
-    if missing or unexpected:
-        raise ValueError(
-            f"Tensors of the checkpoint in {checkpoint.directory!r} do not match the model. "
-            f"Missing: {missing}. Unexpected: {unexpected}."
-        )
-    for name in sorted(names, key=lambda name: checkpoint.file_of(names[name])):
-        value = checkpoint.tensor(names[name])
-        for variable, transform in mapping[name]:
-            part = value if transform is None else transform(value)
-            if tuple(part.shape) != tuple(variable.shape):
-                raise ValueError(
-                    f"Shape mismatch for tensor {names[name]!r} in {checkpoint.file_of(names[name])}: the model "
-                    f"expects {tuple(variable.shape)}, the checkpoint has {tuple(value.shape)}."
-                )
-            variable.assign(np.asarray(part, dtype=_numpy_dtype(variable)))
-        del value
-
-
 def _strip(name):
     return name[len("model.") :] if name.startswith("model.") else name
 
@@ -233,7 +200,7 @@ def load_huggingface_llama(directory, cls, **overrides):
         )
     tied_head = arguments["tie_embeddings"] and "lm_head.weight" in checkpoint.names()
     model = (cls or DecoderLM)(**{**arguments, **overrides})
-    assign_from_checkpoint(
+    assign_tensors(
         llama_weight_map(model),
         checkpoint,
         rename=_strip,

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from keras_tfam.convert.huggingface_gpt2 import assign_weights
+from keras_tfam.convert.safetensors_checkpoint import assign_tensors
 from keras_tfam.models.checkpoint_loaders import register_checkpoint_loader
 
 
@@ -65,5 +65,5 @@ def from_keras_hub_gpt2(backbone, cls, **overrides):
         for name, variable in targets.items():
             transform = flat.get(name.split("/", 1)[1]) if name.startswith("self_attention/") else None
             mapping[p + name] = [(variable, transform)]
-    assign_weights(mapping, tensors, f"keras-hub backbone {backbone.name!r}")
+    assign_tensors(mapping, tensors, source=f"keras-hub backbone {backbone.name!r}")
     return model

@@ -103,6 +103,48 @@ class SafetensorsCheckpoint:
         return memory.view(dtype).reshape(entry["shape"])
 
 
+def assign_tensors(mapping, tensors, rename=lambda name: name, ignore=lambda name: False, source=None):
+    """Assigns checkpoint tensors to a model's variables through `mapping`, one tensor at a time.
+
+    Args:
+        mapping: `{name: [(variable, transform or None), ...]}`, the names
+            after `rename`; a transform cuts the variable's part of a tensor.
+        tensors: a `SafetensorsCheckpoint` (read one tensor at a time), or
+            a `{name: array}` dict (another library's weights in memory).
+        rename: maps a checkpoint name to the mapping's.
+        ignore: the (renamed) names to skip (buffers, a tied head).
+        source: what the tensors come from, in error messages (a dict's).
+
+    Every error names the tensor, and the file where it comes from one.
+    """
+    if isinstance(tensors, SafetensorsCheckpoint):
+        checkpoint, source = tensors, f"the checkpoint in {tensors.directory!r}"
+        stored, read, where = checkpoint.names(), checkpoint.tensor, checkpoint.file_of
+    else:
+        stored, read, where = list(tensors), tensors.__getitem__, lambda name: source
+    names = {rename(name): name for name in stored if not ignore(rename(name))}
+    missing = sorted(set(mapping) - set(names))
+    unexpected = sorted(set(names) - set(mapping))
+    if missing or unexpected:
+        raise ValueError(f"Tensors of {source} do not match the model. Missing: {missing}. Unexpected: {unexpected}.")
+    for name in sorted(names, key=lambda name: where(names[name])):
+        value = read(names[name])
+        for variable, transform in mapping[name]:
+            part = value if transform is None else transform(value)
+            if tuple(part.shape) != tuple(variable.shape):
+                raise ValueError(
+                    f"Shape mismatch for tensor {names[name]!r} in {where(names[name])}: the model "
+                    f"expects {tuple(variable.shape)}, the checkpoint has {tuple(value.shape)}."
+                )
+            variable.assign(np.asarray(part, dtype=_numpy_dtype(variable)))
+        del value
+
+
+def _numpy_dtype(variable):
+    dtype = str(getattr(variable.dtype, "name", variable.dtype)).replace("torch.", "")
+    return ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+
+
 def _read_index(path):
     try:
         with open(path, encoding="utf-8") as f:

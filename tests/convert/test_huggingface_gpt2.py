@@ -62,7 +62,8 @@ def test_shape_mismatch_names_the_tensor(tmp_path):
         tensors["transformer.ln_f.weight"] = np.ones(31, "float32")
         return tensors
 
-    with pytest.raises(ValueError, match=r"'ln_f.weight'.*expects \(32,\).*has \(31,\)"):
+    # The tensor as the file names it, and the file.
+    with pytest.raises(ValueError, match=r"'transformer\.ln_f\.weight' in .*model\.safetensors: .*expects \(32,\).*has \(31,\)"):
         GPT2LM.from_huggingface(_copy(tmp_path, broken))
 
 
@@ -101,3 +102,21 @@ def test_damaged_files_are_named(tmp_path):
         f.truncate(os.path.getsize(weights) // 2)
     with pytest.raises(ValueError, match=re.escape(weights) + " cannot be read as safetensors .*download complete"):
         GPT2LM.from_huggingface(directory)
+
+
+def test_a_sharded_gpt2_checkpoint_loads_as_the_single_file(tmp_path):
+    # transformers writes shards with an index past `max_shard_size`; the loader reads either.
+    single = GPT2LM.from_huggingface(FIXTURE)
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    shutil.copy(os.path.join(FIXTURE, "config.json"), sharded / "config.json")
+    tensors = load_file(os.path.join(FIXTURE, "model.safetensors"))
+    names = sorted(tensors)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, part in halves.items():
+        save_file({name: tensors[name] for name in part}, str(sharded / file))
+    index = {"metadata": {}, "weight_map": {name: file for file, part in halves.items() for name in part}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    loaded = GPT2LM.from_huggingface(str(sharded))
+    for a, b in zip(single.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
