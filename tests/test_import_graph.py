@@ -86,6 +86,11 @@ def test_no_reach_into_another_objects_private_members():
         # A loaded quantized model's layers hold a DTypePolicyMap that Keras' `save_own_variables` misreads;
         # the public `dtype_policy` setter writes into the map instead of replacing it.
         "keras_tfam/models/quantization.py: layer._dtype_policy = policy[layer.path]",
+        # A checkpoint loader gives Keras' deferred variables their first value from the checkpoint (no
+        # random draw of 250M weights to throw away); Keras initializes a deferred variable only through
+        # its initializer, and has no public call for one variable (undrawn_variables.py says more).
+        "keras_tfam/convert/undrawn_variables.py: variable._initializer = lambda shape, dtype: value",
+        "keras_tfam/convert/undrawn_variables.py: variable._deferred_initialize()",
     }
     found = []
     for path in PACKAGE.rglob("*.py"):

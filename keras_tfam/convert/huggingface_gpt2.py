@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from keras_tfam.convert.safetensors_checkpoint import SafetensorsCheckpoint, assign_tensors
+from keras_tfam.convert.undrawn_variables import build_and_fill
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 # Causal-mask buffers of older checkpoints: GPT-2's `h.N.attn.bias`, GPT-Neo's `h.N.attn.attention.bias`.
@@ -154,6 +155,7 @@ def load_huggingface_gpt2(directory, cls, **overrides):
     missing = [key for key in ("vocab_size", "n_layer", "n_head", "n_embd", "n_positions") if key not in config]
     if missing:
         raise ValueError(f"{os.path.join(directory, 'config.json')} lacks the GPT-2 config key(s) {missing}")
-    model = cls(**{**huggingface_gpt2_arguments(config), **overrides})
-    assign_tensors(gpt2_weight_map(model), checkpoint, rename=rename, ignore=ignore)
-    return model
+    return build_and_fill(
+        lambda: cls(**{**huggingface_gpt2_arguments(config), **overrides}),
+        lambda model: assign_tensors(gpt2_weight_map(model), checkpoint, rename=rename, ignore=ignore),
+    )

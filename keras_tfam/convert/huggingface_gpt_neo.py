@@ -21,6 +21,7 @@ from keras_tfam.convert.huggingface_gpt2 import (
     read_config,
 )
 from keras_tfam.convert.safetensors_checkpoint import assign_tensors
+from keras_tfam.convert.undrawn_variables import build_and_fill
 from keras_tfam.models.decoder_lm import LOCAL_LAYERS, local_layer_indices
 
 _KINDS = ("global", "local")
@@ -95,6 +96,7 @@ def load_huggingface_gpt_neo(directory, cls, **overrides):
     """Builds `cls` (GPT2LM) from a Hugging Face GPT-Neo directory and loads its weights."""
     config = read_config(directory, "gpt_neo")
     checkpoint, rename, ignore = open_checkpoint(directory)
-    model = cls(**{**huggingface_gpt_neo_arguments(config), **overrides})
-    assign_tensors(gpt_neo_weight_map(model), checkpoint, rename=rename, ignore=ignore)
-    return model
+    return build_and_fill(
+        lambda: cls(**{**huggingface_gpt_neo_arguments(config), **overrides}),
+        lambda model: assign_tensors(gpt_neo_weight_map(model), checkpoint, rename=rename, ignore=ignore),
+    )

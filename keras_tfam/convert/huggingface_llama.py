@@ -31,6 +31,7 @@ import numpy as np
 
 from keras_tfam.convert.huggingface_gpt2 import read_config
 from keras_tfam.convert.safetensors_checkpoint import SafetensorsCheckpoint, assign_tensors
+from keras_tfam.convert.undrawn_variables import build_and_fill
 from keras_tfam.layers.position.rope_scaling import ROPE_SCALINGS, check_rope_scaling
 from keras_tfam.models.decoder_lm import DecoderLM
 
@@ -199,11 +200,12 @@ def load_huggingface_llama(directory, cls, **overrides):
             f"tie_word_embeddings is false in {path} but the checkpoint has no 'lm_head.weight' tensor"
         )
     tied_head = arguments["tie_embeddings"] and "lm_head.weight" in checkpoint.names()
-    model = (cls or DecoderLM)(**{**arguments, **overrides})
-    assign_tensors(
-        llama_weight_map(model),
-        checkpoint,
-        rename=_strip,
-        ignore=lambda name: bool(_BUFFER.match(name)) or (tied_head and name == "lm_head.weight"),
+    return build_and_fill(
+        lambda: (cls or DecoderLM)(**{**arguments, **overrides}),
+        lambda model: assign_tensors(
+            llama_weight_map(model),
+            checkpoint,
+            rename=_strip,
+            ignore=lambda name: bool(_BUFFER.match(name)) or (tied_head and name == "lm_head.weight"),
+        ),
     )
-    return model

@@ -16,6 +16,8 @@ import struct
 import ml_dtypes
 import numpy as np
 
+from keras_tfam.convert.undrawn_variables import fill
+
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 _DTYPES = {
@@ -136,7 +138,7 @@ def assign_tensors(mapping, tensors, rename=lambda name: name, ignore=lambda nam
                     f"Shape mismatch for tensor {names[name]!r} in {where(names[name])}: the model "
                     f"expects {tuple(variable.shape)}, the checkpoint has {tuple(value.shape)}."
                 )
-            variable.assign(np.asarray(part, dtype=_numpy_dtype(variable)))
+            fill(variable, np.asarray(part, dtype=_numpy_dtype(variable)))
         del value
 
 

@@ -157,6 +157,14 @@ class TransformerDecoderBlock(TransformerBlockBase):
             return x, cache
         return x
 
+    def compute_output_spec(self, decoder_sequence, *args, **kwargs):
+        """`(B, T, D)` like `decoder_sequence`, without tracing `call` (a model of many blocks builds in a
+        fraction of the time); with a self-attention cache (keyword or 7th argument), traced: it returns the
+        new cache too."""
+        if kwargs.get("self_attention_cache") is not None or (len(args) > 5 and args[5] is not None):
+            return super().compute_output_spec(decoder_sequence, *args, **kwargs)
+        return keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
+
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -105,3 +105,29 @@ def test_source_mismatch_errors():
     block(np.zeros((1, 3, 8), "float32"), np.zeros((1, 4, 8), "float32"))
     with pytest.raises(ValueError, match="Received: encoder_sequence=None"):
         block(np.zeros((1, 3, 8), "float32"))
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("with_source", [False, True])
+def test_the_symbolic_output_is_what_the_call_returns(policy, with_source):
+    # `compute_output_spec` answers without tracing `call`: the shape and dtype must be the call's own.
+    import keras
+
+    keras.config.set_dtype_policy(policy)
+    block = TransformerDecoderBlock(2, 16, norm_position="pre")
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    source = rng.normal(size=(2, 3, 6)).astype("float32") if with_source else None
+    symbolic = block(keras.KerasTensor((None, 5, 8)), keras.KerasTensor((None, 3, 6)) if with_source else None)
+    real = block(x, source)
+    assert symbolic.shape == (None, 5, 8) and tuple(real.shape) == (2, 5, 8)
+    assert keras.backend.standardize_dtype(symbolic.dtype) == keras.backend.standardize_dtype(real.dtype)
+
+
+def test_a_symbolic_call_with_a_cache_returns_the_cache_too():
+    import keras
+
+    block = TransformerDecoderBlock(2, 16, norm_position="pre")
+    block.build((None, 1, 8))
+    outputs, cache = block(keras.KerasTensor((2, 1, 8)), self_attention_cache=keras.KerasTensor((2, 2, 4, 2, 4)),
+                           self_attention_cache_update_index=0)
+    assert outputs.shape == (2, 1, 8) and cache.shape == (2, 2, 4, 2, 4)
