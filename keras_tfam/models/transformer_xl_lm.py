@@ -257,6 +257,9 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
                     }
                 )
         self.built = True
+        # Rebuilt from a quantized config, each layer now keeps the one policy it was built with
+        # (the functional models do this in their constructor; this model builds its layers here).
+        self.resolve_dtype_policy_maps()
 
     @property
     def has_memory(self):

@@ -109,3 +109,24 @@ def test_lora_refuses_a_bad_rank_or_target():
         model.enable_lora(0)
     with pytest.raises(ValueError, match=r"Received: target=\('qkv',\), no such layer: \['qkv'\]"):
         model.enable_lora(2, target="qkv")
+
+
+def test_a_quantized_transformer_xl_saves_loads_and_saves_again(tmp_path):
+    # Transformer-XL builds its layers in `build` (not a functional graph): a model rebuilt from a quantized
+    # config must leave each layer its own policy there, or saving it again fails.
+    from keras_tfam.models import TransformerXLLM
+
+    model = TransformerXLLM(vocabulary_size=61, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+                            memory_length=4, context_length=6)
+    tokens = rng.integers(0, 61, size=(2, 6)).astype("int32")
+    model(tokens)
+    model.quantize("int8")
+    logits = numpy(model(tokens))
+    quantized = sorted(layer.path for layer in model._flatten_layers() if layer.quantization_mode == "int8")
+    assert "token_embedding" in quantized and len(quantized) > 8
+    for round_trip in range(2):
+        path = tmp_path / f"txl_{round_trip}.keras"
+        model.save(path)
+        model = keras.saving.load_model(path)
+        assert sorted(layer.path for layer in model._flatten_layers() if layer.quantization_mode == "int8") == quantized
+        np.testing.assert_array_equal(numpy(model(tokens)), logits)
