@@ -217,6 +217,7 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
         return block.self_attention_layer.write_cache(layer_cache, block.self_attention_norm(hidden), index, window)
 
     reads_prompt_rows = True
+    serves_token_ids = True
 
     def call_with_cache(self, token_ids, cache, index, window=None, prompt_rows=None):
         """Runs `token_ids (B, T)` at positions `index ..`; one-token steps may exit early.

@@ -55,6 +55,8 @@ class KNNLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
         (1, 7)
     """
 
+    serves_token_ids = True
+
     def __init__(self, lm, datastore, interpolation=0.25, **kwargs):
         super().__init__(**kwargs)
         check_protocol(lm, hidden_states=True)

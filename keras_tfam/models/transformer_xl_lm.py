@@ -86,6 +86,7 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
 
     # The pipeline reads this: consecutive batches must be consecutive text.
     stateful_stream = True
+    serves_token_ids = True
 
     OPTIONS = {
         "num_layers": int,
