@@ -13,7 +13,6 @@ loader must honour (see `GPTNeoSelfAttention` in transformers):
 - scores are not divided by `sqrt(head_dim)` (`scale=1.0`).
 """
 
-
 from keras_tfam.convert.huggingface_gpt2 import (
     check_activation,
     embeddings_and_norms_map,
