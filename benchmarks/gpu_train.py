@@ -144,10 +144,11 @@ def main():
     sys.path.insert(0, here)
     from timing import run_json
 
-    forwarded = [
-        f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if v not in (None, False) and k != "engine"
-    ]
-    forwarded = [f.split("=")[0] if f.endswith("=True") else f for f in forwarded]
+    forwarded = []  # this run's options, for the engines' processes (a switch without a value)
+    for key, value in vars(args).items():
+        if key != "engine" and value not in (None, False):
+            flag = "--" + key.replace("_", "-")
+            forwarded.append(flag if value is True else f"{flag}={value}")
     ours = run_json(__file__, "--engine", "ours", *forwarded)
     name = "keras_tfam (JAX" + (", flash attention)" if ours["flash_attention"] else ")")
     results = {name: ours}

@@ -65,12 +65,12 @@ class HuggingFaceTokenizer:
                 self._tokenizer = Tokenizer.from_file(json_path)
             except Exception as error:  # noqa: BLE001 - tokenizers raises a bare Exception on a bad file
                 raise ValueError(f"{json_path} cannot be read as a tokenizer ({error})") from None
-            sentencepiece = False
+            from_model_file = False
             self.vocabulary_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         elif os.path.isfile(model_path):
             self._tokenizer, special_tokens = _from_sentencepiece(model_path, self.config)
             self.config = {**self.config, **special_tokens}
-            sentencepiece = True
+            from_model_file = True
             self.vocabulary_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         else:
             found = sorted(os.listdir(directory)) if os.path.isdir(directory) else "no such directory"
@@ -79,7 +79,7 @@ class HuggingFaceTokenizer:
         self.eos_token_id = self._id_of(self.config.get("eos_token"))
         self.add_bos = self.config.get("add_bos_token")
         self.add_eos = self.config.get("add_eos_token")
-        if sentencepiece:
+        if from_model_file:
             self.add_bos = True if self.add_bos is None else self.add_bos
             self.add_eos = bool(self.add_eos)
 
