@@ -75,7 +75,7 @@ def run_nanogpt(checkout, python, workdir, iters, eval_iters):
     return {"tokens_per_s": RECIPE["batch_size"] * RECIPE["block_size"] / seconds, "val_loss": val}
 
 
-def run_ours(train, val, vocabulary_size, iters, eval_iters):
+def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precision="auto"):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import time
@@ -84,27 +84,32 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters):
     import tensorflow as tf
 
     from keras_tfam.models import GPT2LM
-    from pipelines.kernel_path import choose_kernel_path, describe
     from pipelines.config import TrainConfig
+    from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds
     from pipelines.training import build_optimizer
 
     batch, block = RECIPE["batch_size"], RECIPE["block_size"]
-    path = choose_kernel_path("auto", "auto", tf.distribute.get_strategy(), batch * block, RECIPE["n_embd"])
-    keras.mixed_precision.set_global_policy(path["precision"])
-    keras.utils.set_random_seed(1337)
-    model = GPT2LM(
-        vocabulary_size=vocabulary_size, num_layers=RECIPE["n_layer"], num_heads=RECIPE["n_head"],
-        hidden_dim=RECIPE["n_embd"], max_sequence_length=block, dropout=0.0,
-    )
 
-    model.compile(
+    def build_model():
+        return GPT2LM(
+            vocabulary_size=vocabulary_size, num_layers=RECIPE["n_layer"], num_heads=RECIPE["n_head"],
+            hidden_dim=RECIPE["n_embd"], max_sequence_length=block, dropout=0.0,
+        )
+
+    def optimizer():
         # nanoGPT's optimiser: AdamW, warmup over 100 iterations then cosine from 1e-3 to 1e-4 at `iters`,
         # beta2 0.99, weight decay 0.1 (here on matrices only, the pipeline's rule), clipping at 1.
-        build_optimizer(TrainConfig(learning_rate=1e-3, warmup_steps=100, max_steps=iters, min_learning_rate_ratio=0.1,
-                                    weight_decay=0.1, beta_2=0.99, clip_norm=1.0)),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=path["jit_compile"],
-    )
+        return build_optimizer(TrainConfig(learning_rate=1e-3, warmup_steps=100, max_steps=iters,
+                                           min_learning_rate_ratio=0.1, weight_decay=0.1, beta_2=0.99, clip_norm=1.0))
+
+    def step_seconds(jit_compile, policy):
+        return training_step_seconds(build_model, optimizer, batch, block, vocabulary_size, jit_compile, policy)
+
+    path = choose_kernel_path(jit, precision, tf.distribute.get_strategy(), step_seconds)
+    keras.mixed_precision.set_global_policy(path["precision"])
+    keras.utils.set_random_seed(1337)
+    model = build_model()
+    model.compile(optimizer(), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=path["jit_compile"])
     rng = np.random.default_rng(1337)
 
     def windows(data, count):
@@ -128,16 +133,19 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters):
         "tokens_per_s": batch * block / statistics.median(times[20:]),
         "val_loss": float(val_loss),
         "kernel_path": describe(path),
+        "measured_ms": path.get("measured_ms"),
     }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", help="a checkout of karpathy/nanoGPT (without it: ours only)")
-    parser.add_argument("--peers-python", default=sys.executable)
+    parser.add_argument("--peers-python", default=sys.executable, type=os.path.abspath)  # nanoGPT runs in its own folder
     parser.add_argument("--text", default=DEFAULT_TEXT)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--eval-iters", type=int, default=200)
+    parser.add_argument("--jit", choices=("auto", "on", "off"), default="auto", help="our kernel path, as `tfam train --jit`")
+    parser.add_argument("--precision", default="auto", help="our precision, as `tfam train --precision`")
     args = parser.parse_args()
     sys.path.insert(0, HERE)
     from timing import cpu
@@ -148,7 +156,7 @@ def main():
     if args.nanogpt:
         results["nanoGPT"] = run_nanogpt(args.nanogpt, args.peers_python, workdir, args.iters, args.eval_iters)
         print(f"nanoGPT: {json.dumps(results['nanoGPT'])}", flush=True)
-    results["keras_tfam"] = run_ours(train, val, vocabulary_size, args.iters, args.eval_iters)
+    results["keras_tfam"] = run_ours(train, val, vocabulary_size, args.iters, args.eval_iters, args.jit, args.precision)
     print(f"keras_tfam: {json.dumps(results['keras_tfam'])}", flush=True)
     print(f"\nmachine: {cpu()}; text {os.path.basename(args.text)} ({len(train) + len(val):,} characters, "
           f"{vocabulary_size} distinct), {args.iters} iterations\n")

@@ -6,17 +6,20 @@
 - On a CPU, from its features first. Without bfloat16 units (AVX2; AVX-512 without BF16) the choice is
   XLA and float32: XLA's fused float32 step was the faster one on every such machine measured
   (BENCHMARKS.md), and bfloat16 there is emulated, slower than float32.
-- On a CPU with bfloat16 units (AMX, AVX-512 BF16), a short measurement: the model's largest matmul
-  (a training batch's rows by width by 4 x width, forward and backward) timed on each path. XLA has
-  no AMX kernels; oneDNN has, and multiplied bfloat16 five times faster than XLA on an AMX Xeon. The
-  fastest path wins; bfloat16 only where it beats float32 by `BFLOAT16_MARGIN`, since it also
-  rounds the activations.
+- On a CPU with bfloat16 units (AMX, AVX-512 BF16), a short measurement: a few steps of the run's own
+  training step (its model, optimizer and batch shape, on random ids) on each open path. XLA has no AMX
+  kernels; oneDNN has, and multiplies large bfloat16 matrices five times faster than XLA on an AMX Xeon,
+  but it runs the step op by op, so for small models XLA's fused float32 step still wins (BENCHMARKS.md:
+  a matmul alone picked oneDNN bfloat16 for nanoGPT's CPU recipe, whose whole step was 23% slower there
+  than XLA float32). The fastest path wins; bfloat16 only where it beats float32 by `BFLOAT16_MARGIN`,
+  since it also rounds the activations.
 - Across several devices on CPUs (MirroredStrategy, multi-worker): no XLA (its collectives are not
   there), float32.
 
 The choice and why are printed and written to the run's summary (`kernel_path`); an explicit
-`--jit on|off` or `--precision ...` is kept as given. Master weights, softmax, norms and the loss stay
-float32 under `mixed_bfloat16`, as Keras' mixed precision does.
+`--jit on|off` or `--precision ...` is kept as given. A resumed run keeps the path it started with
+(`kernel_path.json` in the run directory), so its steps compute as before the interruption. Master
+weights, softmax, norms and the loss stay float32 under `mixed_bfloat16`, as Keras' mixed precision does.
 
 The flags can be overridden with `TFAM_CPU_FLAGS` (space-separated `/proc/cpuinfo` flags), to check
 the measured path on a machine without the units.
@@ -25,6 +28,8 @@ the measured path on a machine without the units.
 import os
 import time
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 # Flags of CPUs with bfloat16 matrix units: AMX tiles, or AVX-512 BF16 dot products.
@@ -48,27 +53,37 @@ def cpu_flags():
     return set()
 
 
-def _seconds_per_step(step, repeats=5):
-    step()  # compiles
-    start = time.perf_counter()
-    for _ in range(repeats):
-        step()
-    return (time.perf_counter() - start) / repeats
+def training_step_seconds(build_model, build_optimizer, batch_size, length, vocabulary_size, jit_compile, policy,
+                          min_steps=3, min_seconds=0.5):
+    """Median seconds of `train_on_batch` of a fresh `build_model()` under the dtype `policy`, on random ids.
 
+    At least `min_steps` steps, and more (up to 50) until `min_seconds` have passed: small models are
+    timed over many steps, large ones over a few.
 
-def measure_matmul(rows, width, dtype, jit_compile):
-    """Seconds of one forward and backward `(rows, width) @ (width, 4 width)` on a path."""
-    x = tf.random.normal((rows, width), dtype=tf.float32)
-    w = tf.Variable(tf.random.normal((width, 4 * width), stddev=0.02))
-
-    @tf.function(jit_compile=jit_compile, autograph=False)
-    def step():
-        with tf.GradientTape() as tape:
-            y = tf.matmul(tf.cast(x, dtype), tf.cast(w, dtype))
-            loss = tf.reduce_sum(tf.cast(y, tf.float32))
-        return tape.gradient(loss, w)
-
-    return _seconds_per_step(lambda: step().numpy())
+    The model and optimizer are built for the measurement only (then dropped),
+    under `policy` as the run would build them; the first step compiles and is
+    not counted. The global dtype policy is restored afterwards.
+    """
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = build_model()
+        model.compile(
+            optimizer=build_optimizer(),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit_compile,
+        )
+        ids = np.random.default_rng(0).integers(0, vocabulary_size, size=(batch_size, length + 1)).astype("int32")
+        inputs, targets = ids[:, :-1], ids[:, 1:]
+        model.train_on_batch(inputs, targets)  # compiles
+        times = []
+        while len(times) < min_steps or sum(times) < min_seconds and len(times) < 50:
+            start = time.perf_counter()
+            model.train_on_batch(inputs, targets)
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
 
 
 def _gpu_has_bfloat16():
@@ -79,14 +94,17 @@ def _gpu_has_bfloat16():
     return True
 
 
-def choose_kernel_path(jit, precision, strategy, rows, width):
+def choose_kernel_path(jit, precision, strategy, step_seconds):
     """`{"jit_compile": bool, "precision": str, "reason": str, ...}` for a run's settings.
 
-    `jit` is "auto", "on" or "off"; `precision` "auto" or a Keras dtype policy name; `rows` the tokens
-    of one replica's batch and `width` the model's width (the shape measured where a measurement decides).
+    `jit` is "auto", "on" or "off"; `precision` "auto" or a Keras dtype policy name;
+    `step_seconds(jit_compile, policy)` times the run's training step on a path
+    (`training_step_seconds`), called only where a measurement decides.
     """
     multi_device = strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     chosen = {"jit_compile": None if jit == "auto" else jit == "on", "precision": None if precision == "auto" else precision}
+    if None not in chosen.values():
+        return _fill(chosen, None, None, "as set")
     if tf.config.list_logical_devices("GPU"):
         return _fill(chosen, True, "mixed_bfloat16" if _gpu_has_bfloat16() else "float32", "GPU")
     if multi_device:
@@ -98,11 +116,7 @@ def choose_kernel_path(jit, precision, strategy, rows, width):
     # bfloat16 units: measure the paths still open.
     jits = [chosen["jit_compile"]] if chosen["jit_compile"] is not None else [True, False]
     precisions = [chosen["precision"]] if chosen["precision"] is not None else ["float32", "mixed_bfloat16"]
-    timings = {}
-    for jit_compile in jits:
-        for policy in precisions:
-            dtype = tf.bfloat16 if "bfloat16" in policy else tf.float16 if "float16" in policy else tf.float32
-            timings[(jit_compile, policy)] = measure_matmul(rows, width, dtype, jit_compile)
+    timings = {(jit_compile, policy): step_seconds(jit_compile, policy) for jit_compile in jits for policy in precisions}
     # Per precision, its fastest (seconds, jit_compile).
     best = {p: min((s, j) for (j, q), s in timings.items() if q == p) for p in precisions}
     if len(best) == 1:
@@ -114,7 +128,7 @@ def choose_kernel_path(jit, precision, strategy, rows, width):
     return {
         "jit_compile": best[policy][1],
         "precision": policy,
-        "reason": f"CPU with {', '.join(units)}: measured ({rows}x{width} @ {width}x{4 * width}, ms per step)",
+        "reason": f"CPU with {', '.join(units)}: measured (the training step, ms)",
         "measured_ms": measured,
     }
 

@@ -4,6 +4,7 @@ Run directory layout (`--out RUN`):
 
     RUN/.lock                    held while a process trains here (one at a time)
     RUN/config.json              the config (a rerun must match it)
+    RUN/kernel_path.json         XLA or oneDNN, float32 or bfloat16: chosen once, kept by a resumed run
     RUN/tokenizer/               the tokenizer, trained on the train split
     RUN/cache/<split>-<key>.npy  the tokenized splits, keyed by the tokenizer and the text
     RUN/backup/                  BackupAndRestore state: rerunning the command resumes
@@ -57,11 +58,13 @@ from pipelines.files import (
     remove_temporaries,
     set_aside,
 )
-from pipelines.kernel_path import choose_kernel_path, describe
+from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds
 from pipelines.keras_workarounds import patch_multi_worker_fit
 from pipelines.optimizer import GlobalClipAdamW
 from pipelines.run_lock import RunLock
 
+# The kernel path a run started with, kept for its resumption (pipelines.kernel_path).
+KERNEL_PATH_FILE = "kernel_path.json"
 # Fields that may differ between a run and its resumption.
 _RESUMABLE = {"max_steps", "out", "export", "export_dir", "profile_steps", "samples", "sample_tokens", "data_dir"}
 
@@ -86,18 +89,37 @@ def choose_strategy(name):
     return tf.distribute.get_strategy()
 
 
-def _model_width(config):
-    """The width of the run's model (what the kernel path measures at), from its options or preset."""
-    if "hidden_dim" in config.model_options:
-        return config.model_options["hidden_dim"]
-    if config.init_from is None:
-        return get_preset(config.model)[1].get("hidden_dim", 768)
-    try:
-        with open(os.path.join(config.init_from, "config.json")) as f:
-            hf = json.load(f)
-    except (OSError, ValueError):
-        return 768  # only sizes a measurement: the checkpoint's loader names what is wrong with the directory
-    return hf.get("hidden_size", hf.get("n_embd", 768))
+def _kernel_path(run_dir, config, strategy, vocabulary_size):
+    """The run's kernel path: the one it started with (`kernel_path.json`) when resumed, else chosen now.
+
+    Where a measurement decides, it times the run's own model, optimizer and
+    batch shape on each open path (`training_step_seconds`).
+    """
+    recorded = os.path.join(run_dir, KERNEL_PATH_FILE)
+    if os.path.isfile(recorded):
+        try:
+            with open(recorded) as f:
+                path = json.load(f)
+        except (OSError, ValueError):
+            path = None
+        if isinstance(path, dict) and isinstance(path.get("jit_compile"), bool) and isinstance(path.get("precision"), str):
+            return path
+        notice(f"{recorded} is damaged: choosing the kernel path again (it is rewritten)")
+    stateful = stateful_stream(config)
+
+    def build():
+        model = build_model(config, vocabulary_size)
+        if stateful:
+            model.build((config.batch_size, config.sequence_length))
+        return model
+
+    def step_seconds(jit_compile, policy):
+        return training_step_seconds(
+            build, lambda: build_optimizer(config), config.batch_size, config.sequence_length, vocabulary_size,
+            jit_compile, policy,
+        )
+
+    return choose_kernel_path(config.jit, config.precision, strategy, step_seconds)
 
 
 def _is_chief(strategy):
@@ -346,12 +368,11 @@ def _train_locked(config, strategy, run_dir):
     train_lines, eval_lines = (_split(config, split) for split in (config.train_split, config.eval_split))
     new_run = _check_run_config(run_dir, config)
     keras.utils.set_random_seed(config.seed)
-    kernel_path = choose_kernel_path(
-        config.jit, config.precision, strategy, config.batch_size * config.sequence_length, _model_width(config)
-    )
+    tokenizer, new_tokenizer = _run_tokenizer(run_dir, config, train_lines)
+    kernel_path = _kernel_path(run_dir, config, strategy, tokenizer.vocabulary_size)
     print(describe(kernel_path), flush=True)
     keras.mixed_precision.set_global_policy(kernel_path["precision"])
-    tokenizer, new_tokenizer = _run_tokenizer(run_dir, config, train_lines)
+    keras.utils.set_random_seed(config.seed)  # a measurement's models drew from it
 
     replicas = strategy.num_replicas_in_sync
     global_batch = config.batch_size * replicas
@@ -379,6 +400,7 @@ def _train_locked(config, strategy, run_dir):
         )
     if new_run:
         atomic_write_json(os.path.join(run_dir, "config.json"), config.to_dict())
+    atomic_write_json(os.path.join(run_dir, KERNEL_PATH_FILE), kernel_path)
     if new_tokenizer:
         _save_tokenizer(tokenizer, os.path.join(run_dir, "tokenizer"))
     train_tokens = _tokens(run_dir, tokenizer, train_lines, config.train_split)
