@@ -61,6 +61,7 @@ def run_tfam(args, env=None, timeout=300, check=True, in_process=None, **kwargs)
     In a fresh process (`python -m pipelines.cli`) when asked, when `env` is set (fault points, ...)
     or when the options configure TensorFlow's devices.
     """
+    _take_the_path_of_a_cpu_without_bfloat16_units()
     if in_process is None:
         in_process = env is None and not kwargs and not any(arg in PROCESS_OPTIONS for arg in args)
     if in_process:
@@ -74,6 +75,15 @@ def run_tfam(args, env=None, timeout=300, check=True, in_process=None, **kwargs)
     if check and result.returncode != 0:
         raise AssertionError(f"tfam {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def _take_the_path_of_a_cpu_without_bfloat16_units():
+    """Runs in the tests take the kernel path of this CPU without its bfloat16 units: XLA (or what the test
+    sets) in float32, on every machine. A measured choice could differ between two runs that a test
+    compares, and would time every tiny run; the measured choice has its own tests (test_kernel_path.py)."""
+    from pipelines.kernel_path import BFLOAT16_FLAGS, cpu_flags
+
+    os.environ.setdefault("TFAM_CPU_FLAGS", " ".join(sorted(cpu_flags() - set(BFLOAT16_FLAGS))))
 
 
 def _run_in_process(args):

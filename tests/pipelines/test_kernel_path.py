@@ -87,6 +87,16 @@ def test_the_measurement_times_the_runs_own_step_and_restores_the_dtype_policy()
     assert keras.mixed_precision.global_policy().name == "float32"
 
 
+def test_a_run_measures_its_own_model_and_optimizer_on_each_open_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2 avx512f amx_bf16")
+    config = TrainConfig(out=str(tmp_path), jit="off", sequence_length=8, batch_size=2,
+                         model_options={"num_layers": 1, "num_heads": 2, "hidden_dim": 16})
+    path = _kernel_path(str(tmp_path), config, ONE_DEVICE, 64)
+    assert set(path["measured_ms"]) == {"onednn/float32", "onednn/mixed_bfloat16"}
+    assert path["jit_compile"] is False and "amx_bf16: measured (the training step" in path["reason"]
+    assert keras.mixed_precision.global_policy().name == "float32"  # the run sets its own afterwards
+
+
 def test_a_run_records_its_kernel_path(trained_run):
     with open(os.path.join(trained_run, "summary.json")) as f:
         path = json.load(f)["kernel_path"]
