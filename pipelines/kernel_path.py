@@ -12,7 +12,9 @@
   but it runs the step op by op, so for small models XLA's fused float32 step still wins (BENCHMARKS.md:
   a matmul alone picked oneDNN bfloat16 for nanoGPT's CPU recipe, whose whole step was 23% slower there
   than XLA float32). The fastest path wins; bfloat16 only where it beats float32 by `BFLOAT16_MARGIN`,
-  since it also rounds the activations.
+  since it also rounds the activations. The measurement compiles the step once per path and times at
+  least two steps (GPT-2 small at batch 4 x 256 on 2 cores: about three minutes); setting both `--jit`
+  and `--precision` skips it.
 - Across several devices on CPUs (MirroredStrategy, multi-worker): no XLA (its collectives are not
   there), float32.
 
@@ -54,7 +56,7 @@ def cpu_flags():
 
 
 def training_step_seconds(build_model, build_optimizer, batch_size, length, vocabulary_size, jit_compile, policy,
-                          min_steps=3, min_seconds=0.5):
+                          min_steps=2, min_seconds=0.5):
     """Median seconds of `train_on_batch` of a fresh `build_model()` under the dtype `policy`, on random ids.
 
     At least `min_steps` steps, and more (up to 50) until `min_seconds` have passed: small models are
