@@ -35,6 +35,8 @@ import tempfile
 
 import numpy as np
 
+from pipelines.config import PRECISIONS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_TEXT = os.path.join(HERE, "..", "..", "shared", "data", "wikitext-2", "wiki.valid.tokens")
 RECIPE = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "dropout": 0.0}
@@ -145,7 +147,7 @@ def main():
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--eval-iters", type=int, default=200)
     parser.add_argument("--jit", choices=("auto", "on", "off"), default="auto", help="our kernel path, as `tfam train --jit`")
-    parser.add_argument("--precision", default="auto", help="our precision, as `tfam train --precision`")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto", help="our precision, as `tfam train --precision`")
     args = parser.parse_args()
     sys.path.insert(0, HERE)
     from timing import cpu
