@@ -36,11 +36,14 @@ server lacks cannot be loaded at all; so a BPE run's `<version>/` holds the
 token-level signatures only (loadable by any TensorFlow), and
 `generate_text` goes to a second model, `<export_dir>-text/<version>/`.
 
-An imported checkpoint's tokenizer (`tfam train --init-from`) runs in Python
-(`tokenizers`), not in a graph: its run's `<version>/` holds
-the token-level signatures, and its files in `<version>/assets.extra/tokenizer/`
-(where TF Serving allows extra files), for a client to tokenize with
-`keras_tfam.convert.HuggingFaceTokenizer` or transformers.
+An imported checkpoint's tokenizer (`tfam train --init-from`) is exported the
+same way: its `tokenizer.json` pipeline runs in the graph of
+`<export_dir>-text/<version>/` (`pipelines.data.graph_tokenizer`, the ids and
+text of transformers). Its files also go to `<version>/assets.extra/tokenizer/`
+(where TF Serving allows extra files), for clients of the token-level
+signatures (`keras_tfam.convert.HuggingFaceTokenizer` or transformers). A
+pipeline without an exact graph version is exported with those two only,
+and the export says why.
 """
 
 import contextlib
@@ -89,7 +92,7 @@ def asserting(checks):
         yield
 
 
-# Where an export carries a tokenizer that runs in Python (TF Serving leaves `assets.extra` alone).
+# Where an export carries an imported checkpoint's tokenizer files (TF Serving leaves `assets.extra` alone).
 TOKENIZER_ASSETS = "assets.extra/tokenizer"
 
 
@@ -218,15 +221,22 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
     request (default: `DEFAULT_MAX_NEW_TOKENS`, or the model's context if
     longer); a larger request fails with a clear error before allocating.
 
-    A tokenizer whose graph needs ops outside core TensorFlow (BPE) gets its
-    `generate_text` model written to `<export_dir>-text/<version>/` (with the
-    token-level signatures too), and `<export_dir>/<version>/` keeps only
-    the token-level signatures, loadable by any TensorFlow.
+    A tokenizer whose graph needs ops outside core TensorFlow (BPE, an
+    imported checkpoint's) gets its `generate_text` model written to
+    `<export_dir>-text/<version>/` (with the token-level signatures too), and
+    `<export_dir>/<version>/` keeps only the token-level signatures, loadable
+    by any TensorFlow.
     """
     limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
-    if tokenizer is not None and not tokenizer.in_graph:
-        archive = _archive(model, tokenizer, text_signature=False, max_new_tokens_limit=limit)
+    files = None
+    if tokenizer is not None and tokenizer.kind == "huggingface":
         files = {f"{TOKENIZER_ASSETS}/{os.path.basename(name)}": data for name, data in tokenizer.files().items()}
+    if tokenizer is not None and not tokenizer.in_graph:
+        notice(
+            f"the tokenizer has no graph version ({tokenizer.not_in_graph}); the export serves token ids, "
+            f"with the tokenizer's files in <version>/{TOKENIZER_ASSETS}/"
+        )
+        archive = _archive(model, tokenizer, text_signature=False, max_new_tokens_limit=limit)
         return _export(archive, export_dir, overwrite, files)
     split_text = not core_ops_only(tokenizer)
     if split_text:
@@ -234,7 +244,8 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
         text_planned = os.path.join(text_export_dir(os.path.dirname(planned)), os.path.basename(planned))
         if os.path.exists(text_planned) and not overwrite:
             raise FileExistsError(f"Export {text_planned!r} exists already; pass --overwrite to replace it")
-    target = _export(_archive(model, tokenizer, text_signature=not split_text, max_new_tokens_limit=limit), export_dir, overwrite)
+    archive = _archive(model, tokenizer, text_signature=not split_text, max_new_tokens_limit=limit)
+    target = _export(archive, export_dir, overwrite, files)
     if split_text:
         text_target = os.path.join(text_export_dir(os.path.dirname(target)), os.path.basename(target))
         _export(_archive(model, tokenizer, max_new_tokens_limit=limit), text_target, overwrite)

@@ -91,6 +91,10 @@ class HuggingFaceTokenizer:
             if os.path.isfile(source) and os.path.abspath(source) != os.path.abspath(os.path.join(directory, name)):
                 shutil.copyfile(source, os.path.join(directory, name))
 
+    def to_json(self):
+        """The `tokenizers` pipeline this tokenizer runs, as `tokenizer.json` text (also for a `tokenizer.model`)."""
+        return self._tokenizer.to_str()
+
     def _id_of(self, token):
         token = _token_content(token)
         return None if token is None else self._tokenizer.token_to_id(token)

@@ -19,8 +19,11 @@ tokenized line by line and concatenated is the split's token stream.
 - `CheckpointTokenizer`: the tokenizer of an imported Hugging Face checkpoint
   (`tfam train --init-from`): its `tokenizer.json` or SentencePiece
   `tokenizer.model`, run by `keras_tfam.convert.HuggingFaceTokenizer` with the
-  ids of transformers. It runs in Python, not in the graph: an export holds
-  the token-level signatures and carries the tokenizer's files beside them.
+  ids of transformers. Eagerly (the training data, `tfam generate`) it runs in
+  Python; in a graph (an export's `generate_text`) it runs as TensorFlow ops,
+  `pipelines.data.graph_tokenizer.GraphTokenizer`, with the same ids and text.
+  A pipeline without an exact graph version (`in_graph` false, the reason in
+  `not_in_graph`) is exported with the token-level signatures only.
 
 A saved tokenizer is a folder: its files (written atomically) and
 `tokenizer.json`, written last, holding the kind and each file's size and
@@ -333,7 +336,6 @@ class CheckpointTokenizer(Tokenizer):
     """
 
     kind = "huggingface"
-    in_graph = False
     folder = "huggingface"
     carried = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json")
     file_names = (folder + "/tokenizer_config.json",)
@@ -354,6 +356,14 @@ class CheckpointTokenizer(Tokenizer):
             raise ValueError(f"The tokenizer of {directory!r} gives no id for a newline")
         self.eos_id = int(newline[-1])
         self.bos_id = self._tokenizer.bos_token_id
+        from pipelines.data.graph_tokenizer import GraphTokenizer, UnsupportedTokenizer
+
+        try:
+            self._graph = GraphTokenizer(self._tokenizer.to_json())
+            self.not_in_graph = None
+        except UnsupportedTokenizer as error:
+            self._graph, self.not_in_graph = None, str(error)
+        self.in_graph = self._graph is not None
 
     @property
     def vocabulary_size(self):
@@ -375,9 +385,13 @@ class CheckpointTokenizer(Tokenizer):
         return self._encode(lines, [self.eos_id])
 
     def tokenize_prompt(self, prompts):
+        if self.in_graph and not tf.executing_eagerly():
+            return self._graph.encode(prompts)
         return self._encode(prompts, [])
 
     def detokenize(self, ids):
+        if self.in_graph and not tf.executing_eagerly():
+            return self._graph.decode(ids)
         rows = _as_ragged(ids).to_list()
         return tf.constant([self._tokenizer.decode(row) for row in rows], tf.string)
 

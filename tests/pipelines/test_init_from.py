@@ -73,27 +73,35 @@ def test_the_export_serves_text_in_a_tensorflow_only_process(fine_tuned):
     from pipelines.commands import load_run
 
     export = os.path.join(fine_tuned, "export", "1")
+    text_export = os.path.join(fine_tuned, "export-text", "1")
     assets = os.path.join(export, "assets.extra", "tokenizer")
     assert os.path.isfile(os.path.join(assets, "tokenizer.json"))
     model, tokenizer = load_run(fine_tuned)
-    prompt = "The album was released in"
-    ids = [tokenizer.eos_id] + np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values).tolist()
-    expected = tokenizer.detokenize(model.generate([ids], max_new_tokens=8)[:, len(ids):]).numpy()[0].decode()
-    # A client: plain TensorFlow and the `tokenizers` library, the tokenizer read from the export.
+    prompts = ["The album was released in", "  Two  spaces , 1,234 and émigrés"]
+    expected = []
+    for prompt in prompts:
+        ids = [tokenizer.eos_id] + np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values).tolist()
+        expected.append(tokenizer.detokenize(model.generate([ids], max_new_tokens=8)[:, len(ids):]).numpy()[0].decode())
+    # Clients in plain TensorFlow: text in and out of `generate_text` (the tokenizer in the graph, tensorflow-text's
+    # ops), and token ids through `generate` with the `tokenizers` library reading the files carried in the export.
     script = textwrap.dedent(
         f"""
         import json, sys
         import tensorflow as tf
+        import tensorflow_text  # the ops of the tokenizer's graph
         from tokenizers import Tokenizer
+        scalars = dict(max_new_tokens=tf.constant(8), temperature=tf.constant(0.0), top_k=tf.constant(0),
+                       top_p=tf.constant(1.0), seed=tf.constant(0))
+        generate_text = tf.saved_model.load({text_export!r}).signatures["generate_text"]
+        texts = [t.decode() for t in generate_text(prompts=tf.constant({prompts!r}), **scalars)["completions"].numpy()]
         tokenizer = Tokenizer.from_file({os.path.join(assets, "tokenizer.json")!r})
         newline = tokenizer.encode("\\n", add_special_tokens=False).ids[-1]
-        ids = [newline] + tokenizer.encode({prompt!r}, add_special_tokens=False).ids
+        ids = [newline] + tokenizer.encode({prompts[0]!r}, add_special_tokens=False).ids
         generate = tf.saved_model.load({export!r}).signatures["generate"]
         out = generate(token_ids=tf.constant([ids], tf.int32), lengths=tf.constant([len(ids)]),
-                       max_new_tokens=tf.constant(8), temperature=tf.constant(0.0), top_k=tf.constant(0),
-                       top_p=tf.constant(1.0), seed=tf.constant(0))["token_ids"].numpy()[0, len(ids):]
+                       **scalars)["token_ids"].numpy()[0, len(ids):]
         modules = [m for m in ("keras_tfam", "pipelines", "keras_hub") if m in sys.modules]
-        print(json.dumps(dict(text=tokenizer.decode(out.tolist()), modules=modules)))
+        print(json.dumps(dict(texts=texts, tokens_text=tokenizer.decode(out.tolist()), modules=modules)))
         """
     )
     result = subprocess.run(
@@ -102,7 +110,7 @@ def test_the_export_serves_text_in_a_tensorflow_only_process(fine_tuned):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])
-    assert served == {"text": expected, "modules": []}
+    assert served == {"texts": expected, "tokens_text": expected[0], "modules": []}
 
 
 def test_lora_fine_tuning_changes_only_the_adapted_projections(tmp_path, small_wikitext):
