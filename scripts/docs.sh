@@ -10,9 +10,7 @@ if [ "$#" -gt 1 ] || { [ "$#" -eq 1 ] && [ "$1" != "serve" ]; }; then
   exit 2
 fi
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[docs]'
+bash scripts/install.sh docs
 export NO_MKDOCS_2_WARNING=1
 if [ "${1:-}" = "serve" ]; then
   exec .venv/bin/mkdocs serve

@@ -8,9 +8,7 @@
 # downloaded through the TFDS builder. Extra arguments go to `tfam train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+bash scripts/install.sh
 args=(--config gpt2_tiny --out runs/gpt2_tiny --export-dir saved_models/gpt2_tiny)
 if [ -n "${DATA_DIR:-}" ]; then
   args+=(--data-dir "$DATA_DIR")

@@ -109,6 +109,7 @@ def reverser():
 
 
 @pytest.mark.training
+@pytest.mark.xdist_group("reverser")  # one worker trains the module's model for both tests
 def test_learns_to_reverse_sequences(reverser):
     """At least 99% exact match on held-out sequences, greedy and beam 4."""
     model, (source, target) = reverser
@@ -154,6 +155,7 @@ def host_beam_search(model, source, max_length, beam_size, length_penalty):
 
 
 @pytest.mark.training
+@pytest.mark.xdist_group("reverser")
 def test_compiled_beam_search_equals_the_host_beam_search(reverser):
     model, (source, _) = reverser
     source = source[:40]
