@@ -18,8 +18,8 @@ O0="--xla_backend_optimization_level=0 ${XLA_FLAGS:-}"
 XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training"
 echo "== training to quality thresholds"
 # A test each at a time (not a file): four of the nine are one file's parameters, which alone took as
-# long as the other five together. Tests of one xdist_group share a worker (and their module's fixture).
-.venv/bin/python -m pytest -q -n 2 --dist loadgroup -m training
+# long as the other five together.
+.venv/bin/python -m pytest -q -n 2 --dist load -m training
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (the layer harness, ops, generation, the attention contract,
 # GPT-2 and Hugging Face parity), again on JAX.
