@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Creates (or reuses) .venv, installs keras_tfam with its test extra, runs the tests: the whole suite
-# on TensorFlow, then the backend-neutral library (layer harness, ops, generation, GPT-2 cached ==
-# uncached, Hugging Face parity) again on JAX. Arguments go to a single pytest run instead.
+# Creates (or reuses) .venv, installs keras_tfam with its test and torch extras, runs the tests: the
+# whole suite on TensorFlow, then the backend-neutral library (layer harness, ops, generation, GPT-2
+# cached == uncached, Hugging Face parity) again on JAX, then the layer and decoding-model harnesses
+# on PyTorch. Arguments go to a single pytest run instead.
 # Two pytest workers (pytest-xdist), a test file each at a time: most tests are small models whose
 # time goes to tracing and compiling on one core, so two at once keep both cores busy.
 # pytest exits non-zero when it fails or collects no test, and so does this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh test
+# PyTorch through pip, which reads the machine's own wheels (the CPU build; 36 s), where uv would fetch
+# the CUDA build from the registry.
+.venv/bin/python -m pip install -q -e '.[torch]'
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/python -m pytest -q "$@"
 fi
@@ -27,3 +31,8 @@ XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist load
   tests/ops tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
   tests/test_backend_neutral.py
+echo "== the layer and decoding-model harnesses on PyTorch"
+# Every layer through the shared harness and every decoding model (full pass == token by token ==
+# prefill + steps, greedy == argmax), eagerly: Keras' default on PyTorch (tests/harness.py says why).
+KERAS_BACKEND=torch .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" \
+  -k "Harness or test_decoding_models" tests/layers tests/models/test_decoding_models.py

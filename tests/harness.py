@@ -7,7 +7,8 @@ name -> NumPy array. pytest then runs, for that layer:
 - `get_config` / `from_config` round trip, with equal outputs on equal weights;
 - `.keras` save and load inside a functional model, with equal outputs;
 - symbolic (functional) and eager calls agreeing;
-- one `fit` step compiled with `jit_compile=True` that changes the weights;
+- one `fit` step compiled with `jit_compile=True` (XLA; eager on PyTorch, see
+  `test_jit_fit_step`) that changes the weights;
 - a `mixed_float16` layer with float32 variables and finite outputs close to
   the float32 ones.
 """
@@ -76,7 +77,10 @@ class LayerHarness:
         layer = self._layer()
         model = self._model(layer, inputs)
         target = np.random.default_rng(0).normal(size=model(inputs).shape).astype("float32")
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=True)
+        # XLA on TensorFlow and JAX. On PyTorch, `jit_compile=True` is torch.compile, whose inductor writes and
+        # builds C++ for each new model (30 to 70 s a layer on 2 cores: the whole harness would take hours);
+        # there the step runs as Keras runs it by default on PyTorch, eagerly.
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=keras.config.backend() != "torch")
         before = [as_numpy(w) for w in model.trainable_weights]
         history = model.fit(inputs, target, batch_size=len(target), epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][0])

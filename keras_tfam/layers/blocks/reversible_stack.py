@@ -123,7 +123,11 @@ def _reversible_run(blocks, trainable, frozen, training):
                 x = block(x, training=training)
         outputs = x
 
-        def gradient(upstream, variables=None):
+        def gradient(*args, upstream=None, variables=None):
+            # Keras' portable signature: TensorFlow and JAX pass the upstream gradient alone, PyTorch
+            # passes the forward's arguments and `upstream=` by name.
+            if upstream is None:
+                (upstream,) = args
             grads = [ops.zeros_like(value) for value in values]
             (y1, y2), (dy1, dy2) = ops.split(outputs, 2, axis=-1), ops.split(upstream, 2, axis=-1)
             for block in reversed(blocks):
