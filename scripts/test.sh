@@ -24,12 +24,6 @@ echo "== training to quality thresholds"
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (the layer harness, ops, generation, the attention contract,
 # GPT-2 and Hugging Face parity), again on JAX.
-# With a compilation cache of its own, empty at the start: tests build the same small models and call the
-# same ops on the same shapes, and each worker compiled them again (the phase takes 10-15% less with it).
-cache=$(mktemp -d)
-trap 'rm -rf "$cache"' EXIT
-export JAX_COMPILATION_CACHE_DIR="$cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
-  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
 XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "every_backend and not training" \
   tests/ops tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
