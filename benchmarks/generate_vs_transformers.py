@@ -10,10 +10,17 @@ which imports neither, compares them:
 
 - `keras_tfam-float32`: `GPT2LM.from_huggingface`, XLA-compiled generate loop;
 - `keras_tfam-bfloat16`: the same with bfloat16 weights (`generation.with_dtype`, the tied head included);
+- `keras_tfam-int8`: the same after Keras' `model.quantize("int8")` (Dense layers and the tied embedding/head);
 - `transformers-float32` / `-bfloat16`: `GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`;
 - `onnxruntime-float32` / `-int8`: the checkpoint exported by optimum (`ORTModelForCausalLM`, KV cache),
   int8 by ONNX Runtime's dynamic quantization of the exported graph (only where the peers' Python has
-  `optimum` and `onnxruntime`).
+  `optimum` and `onnxruntime`);
+- `llama.cpp-f32` / `-f16` / `-q8_0`: the checkpoint written as GGUF with the `gguf` package (the tensors
+  and types `convert_hf_to_gguf.py` writes for GPT-2: matrices in the named type, position table, norms and
+  biases in float32, the head tied to the token table) and decoded through llama-cpp-python's C API, every
+  row of the batch a sequence of its own in one `llama_decode` per step (only where the peers' Python has
+  `llama_cpp` and `gguf`). The checkpoint has no tokenizer and only ids are used: a byte-level one of the
+  right size (256 bytes, 50,000 pair merges, `<|endoftext|>`) fills the GGUF's vocabulary.
 
 Greedy, `--prompt` random prompt ids, `--new` new tokens, no stop token. Tokens/s
 count new tokens, median of `--repeats` calls after a compiling call. float32
@@ -31,8 +38,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINES = (
-    "keras_tfam-float32", "keras_tfam-bfloat16", "transformers-float32", "transformers-bfloat16",
-    "onnxruntime-float32", "onnxruntime-int8",
+    "keras_tfam-float32", "keras_tfam-bfloat16", "keras_tfam-int8", "transformers-float32", "transformers-bfloat16",
+    "onnxruntime-float32", "onnxruntime-int8", "llama.cpp-f32", "llama.cpp-f16", "llama.cpp-q8_0",
 )
 VOCABULARY = 50257
 
@@ -77,6 +84,8 @@ def run_keras_tfam(directory, precision, args):
     model = GPT2LM.from_huggingface(directory)
     if precision == "bfloat16":
         model = with_dtype(model, "bfloat16")
+    elif precision == "int8":
+        model.quantize("int8")  # Keras' own: the Dense layers and the tied embedding/head
     speeds, tokens = timed(
         lambda ids: np.asarray(model.generate(ids.astype("int32"), max_new_tokens=args.new)),
         args.batch, args.prompt, args.new, args.repeats,
@@ -132,7 +141,128 @@ def run_onnxruntime(directory, precision, args):
     return {"tokens_per_s": speeds, "tokens": tokens, "version": f"onnxruntime {onnxruntime.__version__}"}
 
 
-RUNNERS = {"keras_tfam": run_keras_tfam, "transformers": run_transformers, "onnxruntime": run_onnxruntime}
+def byte_level_vocabulary(size):
+    """A byte-level BPE vocabulary of `size` tokens: GPT-2's 256 byte characters, then merged pairs of them,
+    then `<|endoftext|>`. `(tokens, merges)`."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    extra = iter(range(256, 512))
+    chars = [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+    pairs = [(a, b) for a in chars for b in chars][: size - 257]
+    return chars + [a + b for a, b in pairs] + ["<|endoftext|>"], [f"{a} {b}" for a, b in pairs]
+
+
+def write_gguf(directory, precision, path):
+    """The transformers checkpoint in `directory` as a llama.cpp GGUF file, matrices in `precision`."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    with open(os.path.join(directory, "config.json")) as f:
+        config = json.load(f)
+    width = config["n_embd"]
+    writer = gguf.GGUFWriter(path, "gpt2")
+    writer.add_context_length(config["n_positions"])
+    writer.add_embedding_length(width)
+    writer.add_feed_forward_length(config.get("n_inner") or 4 * width)
+    writer.add_block_count(config["n_layer"])
+    writer.add_head_count(config["n_head"])
+    writer.add_layer_norm_eps(config["layer_norm_epsilon"])
+    file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                 "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[precision]
+    writer.add_file_type(file_type)
+    tokens, merges = byte_level_vocabulary(config["vocab_size"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * (len(tokens) - 1) + [gguf.TokenType.CONTROL])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(len(tokens) - 1)
+    writer.add_eos_token_id(len(tokens) - 1)
+
+    names = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm", "ln_1": "attn_norm",
+             "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up",
+             "mlp.c_proj": "ffn_down"}
+    for name, value in load_file(os.path.join(directory, "model.safetensors")).items():
+        name = name.removeprefix("transformer.")
+        if name.startswith("lm_head.") or name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue  # the head is the token table (tied); the others are causal-mask buffers
+        parts = name.split(".")
+        prefix, kind = (f"blk.{parts[1]}.", ".".join(parts[2:-1])) if parts[0] == "h" else ("", ".".join(parts[:-1]))
+        target = f"{prefix}{names[kind]}.{parts[-1]}"
+        value = value.astype(np.float32)
+        if prefix and value.ndim == 2:
+            value = np.ascontiguousarray(value.T)  # transformers' Conv1D stores (in, out); GGUF rows are outputs
+        if value.ndim == 1 or kind == "wpe" or precision == "f32":
+            writer.add_tensor(target, value)
+        elif precision == "f16":
+            writer.add_tensor(target, value.astype(np.float16))
+        else:
+            quantized = gguf.quants.quantize(value, gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(target, quantized, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def run_llama_cpp(directory, precision, args):
+    import llama_cpp
+    import numpy as np
+
+    path = os.path.join(tempfile.mkdtemp(), f"gpt2-{precision}.gguf")
+    write_gguf(directory, precision, path)
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.use_extra_bufts = not args.no_extra_buffers
+    model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+    vocabulary = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+    contexts = {}
+
+    def context(batch):
+        """A context of `batch` sequences, each with room for the prompt and the new tokens."""
+        if batch not in contexts:
+            params = llama_cpp.llama_context_default_params()
+            params.n_seq_max = batch
+            params.n_ctx = batch * 256 * -(-(args.prompt + args.new) // 256)
+            params.n_batch = params.n_ubatch = max(512, batch * args.prompt)
+            params.n_threads = params.n_threads_batch = os.cpu_count()
+            contexts[batch] = (llama_cpp.llama_init_from_model(model, params),
+                               llama_cpp.llama_batch_init(params.n_batch, 0, batch))
+        return contexts[batch]
+
+    def generate(ids):
+        rows, length = ids.shape
+        ctx, tokens = context(rows)
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+
+        def step(block, start):
+            """Feeds `block (rows, t)` at positions `start..`, row r as sequence r: the greedy next tokens."""
+            n = 0
+            for row, values in enumerate(block):
+                for offset, token in enumerate(values):
+                    tokens.token[n], tokens.pos[n] = int(token), start + offset
+                    tokens.n_seq_id[n], tokens.seq_id[n][0] = 1, row
+                    tokens.logits[n] = offset == len(values) - 1
+                    n += 1
+            tokens.n_tokens = n
+            if llama_cpp.llama_decode(ctx, tokens) != 0:
+                raise RuntimeError("llama_decode failed")
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(rows, vocabulary))
+            return logits.argmax(-1)
+
+        out = [step(ids, 0)]
+        for position in range(length, length + args.new - 1):
+            out.append(step(out[-1][:, None], position))
+        return np.concatenate([ids, np.stack(out, axis=1)], axis=1)
+
+    speeds, tokens = timed(generate, args.batch, args.prompt, args.new, args.repeats)
+    version = f"llama-cpp-python {llama_cpp.__version__}" + (", no extra buffer types" if args.no_extra_buffers else "")
+    return {"tokens_per_s": speeds, "tokens": tokens, "version": version}
+
+
+RUNNERS = {"keras_tfam": run_keras_tfam, "transformers": run_transformers, "onnxruntime": run_onnxruntime,
+           "llama.cpp": run_llama_cpp}
 
 
 def has_modules(python, *modules):
@@ -144,7 +274,8 @@ def compare(args):
     from timing import cpu, run_json
 
     peers = args.peers_python or sys.executable
-    needs = {"transformers": ("torch", "transformers"), "onnxruntime": ("optimum.onnxruntime", "onnxruntime")}
+    needs = {"transformers": ("torch", "transformers"), "onnxruntime": ("optimum.onnxruntime", "onnxruntime"),
+             "llama.cpp": ("llama_cpp", "gguf", "safetensors")}
     directory = tempfile.mkdtemp()
     common = [
         "--batch", *args.batch, "--prompt", args.prompt, "--new", args.new, "--repeats", args.repeats,
@@ -164,7 +295,16 @@ def compare(args):
             )
         except (RuntimeError, subprocess.TimeoutExpired) as error:
             print(f"{engine}: no result ({str(error).splitlines()[0]})", flush=True)
-            continue
+            if family != "llama.cpp":
+                continue
+            # llama.cpp's repacked and AMX kernels (its "extra buffer types") can stop on an instruction a
+            # virtual machine's CPU reports but does not run (AMX int8 here): then its plain CPU kernels.
+            try:
+                results[engine] = run_json(__file__, "--engine", engine, "--checkpoint", directory, *common,
+                                           "--no-extra-buffers", python=python, timeout=args.timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                print(f"{engine}: no result without extra buffer types either ({str(error).splitlines()[0]})")
+                continue
         print(f"{engine}: done ({results[engine]['version']})", flush=True)
         if args.json:
             with open(args.json, "w") as f:
@@ -212,6 +352,7 @@ def main():
                         help="the peers' device; ours runs where its backend does (JAX on a GPU: KERAS_BACKEND=jax)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds an engine may take (then: no result)")
     parser.add_argument("--json", help="also write the results there, engine by engine")
+    parser.add_argument("--no-extra-buffers", action="store_true", help=argparse.SUPPRESS)  # llama.cpp (internal)
     parser.add_argument("--engine", help=argparse.SUPPRESS)  # one engine, in this process (internal)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     args = parser.parse_args()
