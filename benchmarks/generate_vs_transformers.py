@@ -289,22 +289,18 @@ def compare(args):
         if family in needs and not has_modules(python, *needs[family]):
             print(f"{engine}: skipped ({python} lacks {', '.join(needs[family])}: see benchmarks/install_peers.sh)")
             continue
-        try:
-            results[engine] = run_json(
-                __file__, "--engine", engine, "--checkpoint", directory, *common, python=python, timeout=args.timeout
-            )
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
-            print(f"{engine}: no result ({str(error).splitlines()[0]})", flush=True)
-            if family != "llama.cpp":
-                continue
-            # llama.cpp's repacked and AMX kernels (its "extra buffer types") can stop on an instruction a
-            # virtual machine's CPU reports but does not run (AMX int8 here): then its plain CPU kernels.
+        # llama.cpp's repacked and AMX kernels (its "extra buffer types") can stop on an instruction a virtual
+        # machine's CPU reports but does not run (AMX int8 here): then once more on its plain CPU kernels.
+        attempts = ([], ["--no-extra-buffers"]) if family == "llama.cpp" else ([],)
+        for extra in attempts:
             try:
-                results[engine] = run_json(__file__, "--engine", engine, "--checkpoint", directory, *common,
-                                           "--no-extra-buffers", python=python, timeout=args.timeout)
+                results[engine] = run_json(__file__, "--engine", engine, "--checkpoint", directory, *common, *extra,
+                                           python=python, timeout=args.timeout)
+                break
             except (RuntimeError, subprocess.TimeoutExpired) as error:
-                print(f"{engine}: no result without extra buffer types either ({str(error).splitlines()[0]})")
-                continue
+                print(f"{' '.join([engine, *extra])}: no result ({str(error).splitlines()[0]})", flush=True)
+        if engine not in results:
+            continue
         print(f"{engine}: done ({results[engine]['version']})", flush=True)
         if args.json:
             with open(args.json, "w") as f:

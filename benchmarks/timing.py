@@ -18,7 +18,7 @@ def run_json(script, *arguments, cwd=None, python=None, timeout=None):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=timeout,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{os.path.basename(script)} {' '.join(map(str, arguments))} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{os.path.basename(script)} {' '.join(map(str, arguments))} failed (exit code {result.returncode}):\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
