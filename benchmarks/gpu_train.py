@@ -4,7 +4,8 @@
     bash scripts/gpu_bench.sh      # the same, prepared for the lent GPU machine (see its header)
 
 Ours: `GPT2LM.from_preset("gpt2_small")` with nanoGPT's padded vocabulary (50304), dropout 0, AdamW,
-`mixed_bfloat16`, XLA-compiled `fit` on the JAX backend. The peer: nanoGPT's own `train.py` and
+`mixed_bfloat16`, `keras_tfam.losses.TokenCrossEntropy` (`--loss keras`: Keras' sparse cross-entropy),
+XLA-compiled `fit` on the JAX backend. The peer: nanoGPT's own `train.py` and
 `model.py` (a checkout passed with `--nanogpt`; not part of this repository), in its own process,
 GPT-2 small, `dtype=bfloat16`, `compile=True`, the same batch and length, no gradient accumulation.
 Both train on the same random token ids (throughput does not depend on the text; nothing is
@@ -45,6 +46,7 @@ def run_ours(args):
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras
 
+    from keras_tfam.losses import TokenCrossEntropy
     from keras_tfam.models import GPT2LM
 
     from keras_tfam.layers.attention import multi_head_attention
@@ -68,7 +70,7 @@ def run_ours(args):
         multi_head_attention.flash_attention_fits = flash_attention_fits
     model.compile(
         keras.optimizers.AdamW(6e-4, beta_2=0.95, weight_decay=0.1),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        TokenCrossEntropy() if args.loss == "token" else keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
     tokens = random_tokens((args.warmup + args.steps) * args.batch * (args.length + 1)).astype("int32")
@@ -91,6 +93,7 @@ def run_ours(args):
         "fused_vs_explicit_max_logit_difference": float(np.max(np.abs(fused_logits - explicit_logits))),
         "logit_scale": float(np.max(np.abs(explicit_logits))),
         "final_loss": float(history.history["loss"][-1]),
+        "loss_function": args.loss,
     }
 
 
@@ -135,6 +138,8 @@ def main():
     parser.add_argument("--device", default="cuda", help="the peer's device (cuda; cpu to try the script)")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bfloat16 peak (default: by its name)")
     parser.add_argument("--no-flash", action="store_true", help="ours without the fused attention kernel (ablation)")
+    parser.add_argument("--loss", choices=("token", "keras"), default="token",
+                        help="ours with keras_tfam.losses.TokenCrossEntropy (default) or Keras' sparse cross-entropy")
     parser.add_argument("--engine", choices=("ours", "nanogpt"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine:

@@ -10,11 +10,11 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_tfam import generation, layers, models, ops, retrieval  # noqa: E402
+from keras_tfam import generation, layers, losses, models, ops, retrieval  # noqa: E402
 from keras_tfam import convert  # noqa: E402  (after the models it fills: registers their loaders)
 
 __version__ = "0.2.0"
-__all__ = ["generation", "keras_backend", "layers", "models", "ops", "retrieval", "__version__"]
+__all__ = ["generation", "keras_backend", "layers", "losses", "models", "ops", "retrieval", "__version__"]
 
 
 def keras_backend():

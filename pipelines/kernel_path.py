@@ -34,6 +34,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tfam.losses import TokenCrossEntropy
+
 # Flags of CPUs with bfloat16 matrix units: AMX tiles, or AVX-512 BF16 dot products.
 BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 # bfloat16 is chosen only when its step is this much faster than float32's.
@@ -72,7 +74,7 @@ def training_step_seconds(build_model, build_optimizer, batch_size, length, voca
         model = build_model()
         model.compile(
             optimizer=build_optimizer(),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            loss=TokenCrossEntropy(),
             jit_compile=jit_compile,
         )
         ids = np.random.default_rng(0).integers(0, vocabulary_size, size=(batch_size, length + 1)).astype("int32")

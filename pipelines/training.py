@@ -31,6 +31,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tfam.losses import TokenCrossEntropy
 from keras_tfam.models import from_huggingface
 from keras_tfam.models.presets import get_preset
 from pipelines.callbacks import (
@@ -395,7 +396,7 @@ def _train_locked(config, strategy, run_dir):
             model.build((global_batch, config.sequence_length))
         model.compile(
             optimizer=build_optimizer(config),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            loss=TokenCrossEntropy(),  # Keras' sparse cross-entropy, one pass each way over the logits
             jit_compile=jit,
         )
     if new_run:

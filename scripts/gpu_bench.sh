@@ -9,7 +9,7 @@
 #   .git/info/exclude: nanoGPT's code is not part of this repository).
 # Then, with the device tool:   run(command="bash scripts/gpu_bench.sh", carry=[".whl", ".peers"], timeout_s=540)
 #   prints the tables (training against nanoGPT, decoding against transformers, training without the
-#   fused attention kernel) and leaves their logs and JSON in $OUT.
+#   fused attention kernel, the step's kernels) and leaves their logs and JSON in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "prepare" ]; then
@@ -39,4 +39,6 @@ python3 benchmarks/generate_vs_transformers.py --device cuda --batch 1 8 --peers
   --json "$out/gpu_generate.json" 2>&1 | tee "$out/gpu_generate.log" || status=1
 # 3. Ours without the fused kernel: what it is worth.
 python3 benchmarks/gpu_train.py --no-flash 2>&1 | tee "$out/gpu_train_no_flash.log" || status=1
+# 4. Where ours spends the step: kernels per name, matched to the HLO fusions they run (the traces stay in /tmp).
+python3 benchmarks/gpu_step_profile.py --batch 32 --out /tmp/gpu_profile --hlo /tmp/gpu_hlo 2>&1 | tee "$out/gpu_step_profile.log" || status=1
 exit $status

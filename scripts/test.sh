@@ -24,14 +24,15 @@ echo "== training to quality thresholds"
 # long as the other five together.
 .venv/bin/python -m pytest -q -n 2 --dist load -m training
 echo "== the library on the JAX backend"
-# What tests/conftest.py marks `every_backend` (the layer harness, ops, generation, the attention contract,
+# What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention contract,
 # GPT-2 and Hugging Face parity), again on JAX.
 XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "every_backend and not training" \
-  tests/ops tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
+  tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
   tests/test_backend_neutral.py
-echo "== the layer and decoding-model harnesses on PyTorch"
-# Every layer through the shared harness and every decoding model (full pass == token by token ==
-# prefill + steps, greedy == argmax), eagerly: Keras' default on PyTorch (tests/harness.py says why).
+echo "== the layer and decoding-model harnesses and the losses on PyTorch"
+# Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
+# steps, greedy == argmax) and the losses' custom gradients, eagerly: Keras' default on PyTorch
+# (tests/harness.py says why).
 KERAS_BACKEND=torch .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" \
-  -k "Harness or test_decoding_models" tests/layers tests/models/test_decoding_models.py
+  -k "Harness or test_decoding_models or test_token_cross_entropy" tests/layers tests/models/test_decoding_models.py tests/losses

@@ -7,12 +7,13 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 # The backend-neutral library, run on JAX as well by scripts/test.sh (`-m every_backend`): every layer
-# through the shared harness, the ops, generation, the attention contract, GPT-2 (cached == uncached, a
+# through the shared harness, the ops, the losses, generation, the attention contract, GPT-2 (cached == uncached, a
 # GPT-2 of every attention kind decoding the argmax of its full pass) and Hugging Face parity. The
 # layers' NumPy references run on TensorFlow; the math they check is keras.ops, the same everywhere.
 EVERY_BACKEND_FILES = (
     "tests/ops/",
     "tests/generation/",
+    "tests/losses/",
     "tests/layers/attention/test_attention_contract.py",
     "tests/models/test_gpt2_lm.py",
     "tests/convert/test_huggingface_gpt2.py",

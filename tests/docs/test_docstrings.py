@@ -17,6 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PUBLIC_MODULES = (
     "keras_tfam.layers",
     "keras_tfam.layers.attention.patterns",
+    "keras_tfam.losses",
     "keras_tfam.models",
     "keras_tfam.generation",
     "keras_tfam.retrieval",

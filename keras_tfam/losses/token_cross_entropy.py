@@ -1,0 +1,73 @@
+"""The language-model loss in one pass over the logits, with its gradient written in their dtype."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_tfam")
+class TokenCrossEntropy(keras.losses.Loss):
+    """Cross-entropy of integer targets under unnormalised logits, computed from them directly.
+
+    The value of `keras.losses.SparseCategoricalCrossentropy(from_logits=True)`:
+    `loss = logsumexp(logits) - logits[target]`, the statistics in float32
+    under any compute dtype. What differs is what the step keeps and writes
+    over the `(B, T, V)` logits, the largest tensor of a language model's
+    step: no log-softmax copy is kept for the backward pass, and the gradient
+    `softmax(logits) - one_hot(target)` is written once, in the logits' own
+    dtype. XLA fuses each of the passes into one read of the logits. On an
+    H200, GPT-2 small at 32 x 1,024 tokens (`benchmarks/gpu_step_profile.py`):
+    61.8 ms a step against 62.8 ms with Keras' loss, 4.0 against 5.2 ms of it
+    in the loss's own kernels.
+
+    Masks and sample weights are applied by `keras.losses.Loss` as usual (a
+    padded position weighs 0).
+
+    Args:
+        name: the loss's name.
+        reduction: as in `keras.losses.Loss` (`"sum_over_batch_size"`, the
+            mean over tokens, by default).
+        dtype: dtype of the statistics and the loss; float32 by default.
+
+    Call arguments:
+        y_true: int targets `(B, T)` (or `(B, T, 1)`) in `[0, V)`.
+        y_pred: logits `(B, T, V)`, any float dtype.
+
+    Returns:
+        The reduced loss (a scalar by default).
+
+    Example:
+        >>> loss = TokenCrossEntropy()
+        >>> logits = np.array([[[2.0, 0.5, -1.0], [0.0, 0.0, 3.0]]])
+        >>> round(float(loss(np.array([[0, 2]]), logits)), 4)
+        0.1681
+    """
+
+    def __init__(self, name="token_cross_entropy", reduction="sum_over_batch_size", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        targets = ops.cast(y_true, "int32")
+        if len(targets.shape) == len(y_pred.shape):
+            targets = ops.squeeze(targets, axis=-1)
+        return _token_cross_entropy(y_pred, targets)
+
+    def get_config(self):
+        return {"name": self.name, "reduction": self.reduction, "dtype": self.dtype}
+
+
+@ops.custom_gradient
+def _token_cross_entropy(logits, targets):
+    """`logsumexp(logits) - logits[target]` per position `(B, T)`, float32."""
+    statistics = ops.cast(logits, "float32")
+    normaliser = ops.logsumexp(statistics, axis=-1)
+    picked = ops.squeeze(ops.take_along_axis(statistics, ops.expand_dims(targets, -1), axis=-1), axis=-1)
+
+    def gradient(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        probabilities = ops.exp(statistics - ops.expand_dims(normaliser, -1))
+        one_hot = ops.one_hot(targets, ops.shape(logits)[-1], dtype="float32")
+        logits_gradient = (probabilities - one_hot) * ops.expand_dims(ops.cast(upstream, "float32"), -1)
+        return ops.cast(logits_gradient, logits.dtype), None
+
+    return normaliser - picked, gradient
