@@ -5,8 +5,9 @@ device kernels of a profiled step, largest first.
 
 Each variant runs in its own process: the model of `benchmarks/gpu_train.py` (GPT-2 small, nanoGPT's
 padded vocabulary, `mixed_bfloat16`, AdamW, XLA-compiled `fit`), timed over `--steps` steps after
-`--warmup` compiling ones; a profiled variant then traces two more steps with `jax.profiler` and
-prints its GPU time per kernel and per XLA op.
+`--warmup` compiling ones; with `--out`, a profiled variant then traces two more steps with
+`jax.profiler` and prints its device time per kernel, and with `--hlo` the XLA fusion each kernel runs
+(its shapes and the model operation it comes from).
 """
 
 import argparse
@@ -47,7 +48,7 @@ def run_variant(args):
     model = GPT2LM.from_preset(
         "gpt2_small", vocabulary_size=50304, max_sequence_length=args.length, dropout=0.0, **sizes
     )
-    model.token_embedding.logits_dtype = logits_dtype
+    model.token_embedding.logits_dtype = logits_dtype  # bfloat16: the head's product is not cast to float32
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True) if loss_kind == "keras" else TokenCrossEntropy()
     model.compile(keras.optimizers.AdamW(6e-4, beta_2=0.95, weight_decay=0.1), loss, jit_compile=True)
     tokens = np.random.default_rng(0).integers(0, 50257, size=(args.batch * (args.warmup + args.steps + 2), args.length + 1))
