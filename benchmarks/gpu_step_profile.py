@@ -136,16 +136,14 @@ def main():
         print(json.dumps(run_variant(args)))
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from timing import run_json
+    from timing import forwarded_options, run_json
 
     if args.xla_flags:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {args.xla_flags}"
+    forwarded = forwarded_options(args, "variants", "variant", "xla_flags")
     for variant in args.variants:
-        forwarded = [f"--batch={args.batch}", f"--length={args.length}", f"--steps={args.steps}",
-                     f"--warmup={args.warmup}", f"--size={args.size}", f"--variant={variant}"] + ([f"--out={args.out}"] if args.out else []) + (
-            [f"--hlo={args.hlo}"] if args.hlo else [])
         try:
-            result = run_json(__file__, *forwarded)
+            result = run_json(__file__, *forwarded, f"--variant={variant}")
         except RuntimeError as error:
             print(f"{variant}: failed: {str(error)[-1500:]}", flush=True)
             continue

@@ -147,13 +147,9 @@ def main():
         return
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    from timing import run_json
+    from timing import forwarded_options, run_json
 
-    forwarded = []  # this run's options, for the engines' processes (a switch without a value)
-    for key, value in vars(args).items():
-        if key != "engine" and value not in (None, False):
-            flag = "--" + key.replace("_", "-")
-            forwarded.append(flag if value is True else f"{flag}={value}")
+    forwarded = forwarded_options(args, "engine")
     ours = run_json(__file__, "--engine", "ours", *forwarded)
     name = "keras_tfam (JAX" + (", flash attention)" if ours["flash_attention"] else ")")
     results = {name: ours}

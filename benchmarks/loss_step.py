@@ -56,10 +56,9 @@ def main():
         print(json.dumps(run(args)))
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from timing import cpu, run_json
+    from timing import cpu, forwarded_options, run_json
 
-    forwarded = [f"--vocabulary={args.vocabulary}", f"--batch={args.batch}", f"--length={args.length}",
-                 f"--steps={args.steps}", "--engine"]
+    forwarded = [*forwarded_options(args, "rounds"), "--engine"]
     print(f"{cpu()}; GPT2LM 4 x 256, vocabulary {args.vocabulary}, batch {args.batch} x {args.length}, float32\n")
     print("| round | Keras' loss | TokenCrossEntropy | Keras / ours |\n|---|---:|---:|---:|")
     for round_ in range(1, args.rounds + 1):

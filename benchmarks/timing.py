@@ -22,6 +22,17 @@ def run_json(script, *arguments, cwd=None, python=None, timeout=None):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def forwarded_options(args, *skip):
+    """`args` (an argparse namespace) as command-line options for a script's own engine processes:
+    `--name=value` for each set option, `--name` for a switch that is on; none of `skip` (names)."""
+    options = []
+    for key, value in vars(args).items():
+        if key not in skip and value not in (None, False):
+            flag = "--" + key.replace("_", "-")
+            options.append(flag if value is True else f"{flag}={value}")
+    return options
+
+
 def median_seconds(fn, warmup=3, repeats=10):
     """Median wall time of `fn()` after `warmup` calls; `fn` must block until done."""
     for _ in range(warmup):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Creates (or reuses) .venv, installs keras_tfam with its test and torch extras, runs the tests: the
-# whole suite on TensorFlow, then the backend-neutral library (layer harness, ops, generation, GPT-2
-# cached == uncached, Hugging Face parity) again on JAX, then the layer and decoding-model harnesses
-# on PyTorch. Arguments go to a single pytest run instead.
+# whole suite on TensorFlow, then the backend-neutral library (layer harness, ops, losses, generation,
+# GPT-2 cached == uncached, Hugging Face parity) again on JAX, then the layer and decoding-model
+# harnesses and the losses on PyTorch. Arguments go to a single pytest run instead.
 # Two pytest workers (pytest-xdist), a test file each at a time: most tests are small models whose
 # time goes to tracing and compiling on one core, so two at once keep both cores busy.
 # pytest exits non-zero when it fails or collects no test, and so does this script.
