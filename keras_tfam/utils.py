@@ -75,6 +75,22 @@ def static_dim(dim):
     return dim if isinstance(dim, int) else None
 
 
+def is_single_row(tensor):
+    """Whether `tensor` is statically one row: every dimension but the last is known and 1.
+
+    A product of one row by a weight matrix is what XLA's CPU backend
+    treats as a matrix-vector product, fused and emitted differently from
+    a matrix product (see `keras_tfam.layers.Dense`); decoding one sequence
+    multiplies one row by every weight.
+
+    Examples:
+        >>> is_single_row(np.zeros((1, 1, 8))), is_single_row(np.zeros((2, 1, 8)))
+        (True, False)
+    """
+    dims = [static_dim(d) for d in tensor.shape[:-1]]
+    return None not in dims and math.prod(dims) == 1
+
+
 def static_int(value):
     """`value` as a Python int when it is known now, else `None`.
 

@@ -49,6 +49,28 @@ def compiled(fn):
     return fn
 
 
+def optimized_hlo(layer, inputs, **kwargs):
+    """The text of the HLO module XLA compiles `layer(inputs, **kwargs)` to, after its optimizations.
+
+    The layer's weights are arguments of the compiled function, as in `fit` and in the generator (on JAX
+    a closed-over weight would be a constant, which XLA fuses differently). TensorFlow and JAX only.
+    """
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        fn = tf.function(lambda x: layer(x, **kwargs), jit_compile=True, autograph=False)
+        return fn.experimental_get_compiler_ir(inputs)(stage="optimized_hlo")
+    if BACKEND == "jax":
+        import jax
+
+        def call(trainable, non_trainable, x):
+            return layer.stateless_call(trainable, non_trainable, x, **kwargs)[0]
+
+        weights = ([v.value for v in layer.trainable_variables], [v.value for v in layer.non_trainable_variables])
+        return jax.jit(call).lower(*weights, inputs).compile().as_text()
+    raise NotImplementedError(BACKEND)
+
+
 def forward(model, inputs):
     """`model(inputs)` as NumPy, computed the fastest way for a one-off call on this backend.
 

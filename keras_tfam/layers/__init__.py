@@ -27,6 +27,7 @@ from keras_tfam.layers.blocks.reversible_stack import ReversibleStack
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.blocks.transformer_xl_block import TransformerXLBlock
+from keras_tfam.layers.core.dense import Dense
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.memory.compressive_memory import CompressiveMemory
 from keras_tfam.layers.normalization.get_norm import get_norm
@@ -61,6 +62,7 @@ __all__ = [
     "AdaptiveComputationTime",
     "BaseAttention",
     "CosineAttention",
+    "Dense",
     "DistanceAwareAttention",
     "MemorizingAttention",
     "UniversalTransformer",

@@ -7,6 +7,7 @@ from keras_tfam.layers.attention import attention_inputs
 from keras_tfam.layers.attention.attention_context import AttentionContext
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
 from keras_tfam.layers.attention.patterns.registry import get_pattern
+from keras_tfam.layers.core.dense import Dense
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme, check_no_score_bias
 from keras_tfam.ops import masks as mask_ops
 from keras_tfam.utils import check_positive_int, check_real, check_window
@@ -174,7 +175,7 @@ class BaseAttention(keras.layers.Layer):
     # ------------------------------------------------------------------ weights
 
     def _dense(self, units, name, kernel_initializer=None, use_bias=None):
-        return keras.layers.Dense(
+        return Dense(
             units,
             use_bias=self.use_bias if use_bias is None else use_bias,
             kernel_initializer=kernel_initializer or self.kernel_initializer,

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_tfam.layers.core.dense import Dense
 from keras_tfam.utils import check_positive_int
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "geglu", "geglu_tanh", "swiglu")
@@ -86,7 +87,7 @@ class FeedForward(keras.layers.Layer):
         self.supports_masking = True
 
     def _dense(self, units, name, initializer):
-        return keras.layers.Dense(
+        return Dense(
             units,
             use_bias=self.use_bias,
             kernel_initializer=initializer,

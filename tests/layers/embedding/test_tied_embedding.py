@@ -54,3 +54,33 @@ def test_ids_outside_the_vocabulary_are_refused():
     with pytest.raises(ValueError, match=r"Received: token id 7 at index \(0, 0\)"):
         layer(np.array([[7]]))
     np.testing.assert_allclose(layer(np.array([[6]]))[0, 0], layer.embeddings.numpy()[6])
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 8), (1, 8), (2, 1, 8)])
+def test_one_row_and_batched_logits_follow_the_formula_compiled(shape):
+    """One row takes `E @ h` (a row-major matrix-vector product), more rows `h @ E^T`: same logits."""
+    from backend import compiled
+
+    layer = TiedEmbedding(50, 8)
+    layer.build()
+    table = np.asarray(layer.embeddings)
+    hidden = rng.normal(size=shape).astype("float32")
+    for fn in (layer, compiled(lambda h: layer(h, reverse=True))):
+        logits = keras.ops.convert_to_numpy(fn(hidden, reverse=True) if fn is layer else fn(hidden))
+        assert logits.shape == shape[:-1] + (50,)
+        np.testing.assert_allclose(logits, hidden @ table.T, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="XLA's CPU layouts")
+def test_one_row_logits_read_the_table_as_it_is_stored():
+    """`h @ E^T` of one row made XLA's CPU backend copy `E` transposed (inside a single-threaded loop)."""
+    from backend import optimized_hlo
+
+    layer = TiedEmbedding(512, 64)
+    layer.build()
+    hidden = rng.normal(size=(1, 1, 64)).astype("float32")
+    hlo = optimized_hlo(layer, hidden, reverse=True)
+    assert " copy(" not in hlo and " transpose(" not in hlo
+    keras_layer = keras.layers.ReversibleEmbedding(512, 64)
+    keras_layer.build()
+    assert " copy(" in optimized_hlo(keras_layer, hidden, reverse=True)  # what the test guards against

@@ -1,0 +1,1 @@
+from keras_tfam.layers.core.dense import Dense
