@@ -148,6 +148,7 @@ def main():
     parser.add_argument("--eval-iters", type=int, default=200)
     parser.add_argument("--jit", choices=("auto", "on", "off"), default="auto", help="our kernel path, as `tfam train --jit`")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto", help="our precision, as `tfam train --precision`")
+    parser.add_argument("--json", help="also write the results there (with the machine and the settings)")
     args = parser.parse_args()
     sys.path.insert(0, HERE)
     from timing import cpu
@@ -166,6 +167,9 @@ def main():
     for name, result in results.items():
         ratio = results["keras_tfam"]["tokens_per_s"] / result["tokens_per_s"]
         print(f"| {name} | {result['tokens_per_s']:,.0f} | {ratio:.2f}x | {result['val_loss']:.4f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": cpu(), "settings": vars(args), "results": results}, f)
     print(json.dumps(results))
 
 

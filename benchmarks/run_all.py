@@ -1,0 +1,162 @@
+"""Every peer comparison on this machine in one run, their tables written into BENCHMARKS.md under its name.
+
+    bash benchmarks/install_peers.sh
+    python benchmarks/run_all.py --peers-python .venv-peers/bin/python [--nanogpt PATH]
+
+Runs each comparison script with `--json`, every engine in its own process (torch and TensorFlow never
+share one):
+
+- decoding: `generate_vs_transformers.py`, GPT-2 small greedy decoding at batch 1 and 8 against
+  transformers, ONNX Runtime and llama.cpp, at each weight precision;
+- training: `nanogpt_cpu.py`, nanoGPT's CPU recipe, when `--nanogpt` names a nanoGPT checkout.
+
+Then writes their tables into BENCHMARKS.md, in the section "Every peer, machine by machine", as a
+block headed by this machine's CPU model, core count and kernel flags (`timing.cpu()`). A later run on
+a machine of the same kind replaces that block and leaves the other machines' blocks alone, so no
+ratio ever mixes two machines. `--from DIR` writes the tables from an earlier run's JSON files
+(`decoding.json`, `training.json`) without running anything.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SECTION = "## Every peer, machine by machine (`benchmarks/run_all.py`)"
+# A peer's weight format -> our engine at the same bytes per weight.
+SAME_WIDTH = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "f16": "bfloat16",
+              "int8": "int8", "q8_0": "int8"}
+
+
+def run(script, json_path, *arguments):
+    """`python benchmarks/script *arguments --json json_path`, its output passed through; the JSON it wrote."""
+    command = [sys.executable, os.path.join(HERE, script), *map(str, arguments), "--json", json_path]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+    with open(json_path) as f:
+        return json.load(f)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def decoding_table(run):
+    """Markdown: each engine's tokens/s at each batch, against ours at the same weight width and in float32."""
+    results, batches = run["results"], [str(b) for b in run["settings"]["batch"]]
+    reference = results.get("transformers-float32")
+    speeds = {engine: result["tokens_per_s"] for engine, result in results.items()}
+    header = ["engine", *(f"tok/s, batch {b}" for b in batches), *(f"ours same width / it, batch {b}" for b in batches),
+              *(f"ours f32 / it, batch {b}" for b in batches), *(f"tokens = transformers f32, batch {b}" for b in batches)]
+    lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    for engine, result in results.items():
+        ours = speeds.get(f"keras_tfam-{SAME_WIDTH.get(engine.split('-', 1)[1], 'float32')}", {})
+        same = []
+        for b in batches:
+            if reference is None:
+                same.append("-")
+                continue
+            pairs = [(x, y) for r, s in zip(result["tokens"][b], reference["tokens"][b]) for x, y in zip(r, s)]
+            same.append(f"{100 * sum(x == y for x, y in pairs) / len(pairs):.1f}%")
+        lines.append("| " + " | ".join([
+            engine, *(f"{speeds[engine][b]:.1f}" for b in batches),
+            *(ratio(ours.get(b), speeds[engine][b]) for b in batches),
+            *(ratio(speeds.get("keras_tfam-float32", {}).get(b), speeds[engine][b]) for b in batches), *same,
+        ]) + " |")
+    versions = "; ".join(dict.fromkeys(result["version"] for result in results.values()))
+    settings = run["settings"]
+    return (f"GPT-2 small, random weights, prompt {settings['prompt']}, {settings['new']} new tokens, greedy, "
+            f"median of {settings['repeats']}; {versions}.\n\n" + "\n".join(lines))
+
+
+def training_table(run):
+    """Markdown: nanoGPT's CPU recipe, tokens/s and validation loss of each engine."""
+    results = run["results"]
+    ours = results["keras_tfam"]["tokens_per_s"]
+    lines = ["| engine | tokens/s | keras_tfam / it | validation loss | kernel path |", "|---|---:|---:|---:|---|"]
+    for name, result in results.items():
+        lines.append(f"| {name} | {result['tokens_per_s']:,.0f} | {ratio(ours, result['tokens_per_s'])} | "
+                     f"{result['val_loss']:.4f} | {result.get('kernel_path', '-').removeprefix('kernel path: ')} |")
+    text = os.path.basename(run["settings"]["text"])
+    return f"nanoGPT's CPU recipe on {text}, {run['settings']['iters']} iterations.\n\n" + "\n".join(lines)
+
+
+def machine_block(machine, runs, command):
+    """The BENCHMARKS.md block of one machine: its name, the command, and a table per comparison run."""
+    parts = [f"<!-- machine: {machine} -->", f"### {machine}", "",
+             f"{datetime.date.today().isoformat()}, `{command}`."]
+    if "decoding" in runs:
+        parts += ["", "#### Greedy decoding (`generate_vs_transformers.py`)", "", decoding_table(runs["decoding"])]
+    if "training" in runs:
+        parts += ["", "#### Training, nanoGPT's CPU recipe (`nanogpt_cpu.py`)", "", training_table(runs["training"])]
+    return "\n".join(parts + ["<!-- /machine -->"])
+
+
+def write_block(path, machine, block):
+    """Puts `block` into BENCHMARKS.md: in place of this machine's block, else at the end of the section."""
+    with open(path) as f:
+        text = f.read()
+    existing = re.compile(rf"<!-- machine: {re.escape(machine)} -->.*?<!-- /machine -->", re.S)
+    if existing.search(text):
+        text = existing.sub(lambda _: block, text)
+    elif SECTION in text:
+        start = text.index(SECTION) + len(SECTION)
+        following = re.search(r"^## ", text[start:], re.M)
+        end = start + following.start() if following else len(text)
+        text = text[:end].rstrip("\n") + "\n\n" + block + "\n" + ("\n" + text[end:] if following else "")
+    else:
+        intro = ("Written by `benchmarks/run_all.py`: one block per kind of machine, each from one run on that "
+                 "machine; compare ratios within a block only.")
+        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{intro}\n\n{block}\n"
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peers-python", help="the Python of the peers (benchmarks/install_peers.sh)")
+    parser.add_argument("--nanogpt", help="a checkout of karpathy/nanoGPT (without it: no training table)")
+    parser.add_argument("--only", nargs="+", choices=("decoding", "training"), default=("decoding", "training"))
+    parser.add_argument("--out", default=None, help="folder for the JSON results (default: a new temporary one)")
+    parser.add_argument("--from", dest="source", help="write the tables from this folder's JSON files, run nothing")
+    parser.add_argument("--benchmarks-md", default=os.path.join(HERE, "..", "BENCHMARKS.md"))
+    args = parser.parse_args()
+    sys.path.insert(0, HERE)
+    from timing import cpu
+
+    folder = args.source or args.out or tempfile.mkdtemp(prefix="run_all-")
+    os.makedirs(folder, exist_ok=True)
+    runs = {}
+    if args.source:
+        for name in ("decoding", "training"):
+            path = os.path.join(folder, f"{name}.json")
+            if os.path.isfile(path):
+                with open(path) as f:
+                    runs[name] = json.load(f)
+        if not runs:
+            raise SystemExit(f"--from: no decoding.json or training.json in {folder}")
+    else:
+        peers = ["--peers-python", args.peers_python] if args.peers_python else []
+        if "decoding" in args.only:
+            runs["decoding"] = run("generate_vs_transformers.py", os.path.join(folder, "decoding.json"), *peers)
+        if "training" in args.only and args.nanogpt:
+            runs["training"] = run("nanogpt_cpu.py", os.path.join(folder, "training.json"), "--nanogpt", args.nanogpt, *peers)
+        elif "training" in args.only:
+            print("training: skipped (no --nanogpt checkout)", flush=True)
+    machines = {run["machine"] for run in runs.values()}
+    if len(machines) != 1 or cpu() not in machines and not args.source:
+        raise SystemExit(f"the runs come from different machines ({sorted(machines)}): not written together")
+    machine = machines.pop()
+    command = "python benchmarks/run_all.py --peers-python .venv-peers/bin/python" + (
+        " --nanogpt NANOGPT" if "training" in runs else " --only decoding")
+    write_block(args.benchmarks_md, machine, machine_block(machine, runs, command))
+    print(f"\n{machine}: {', '.join(runs)} written into {os.path.relpath(args.benchmarks_md)} (JSON in {folder})")
+
+
+if __name__ == "__main__":
+    main()
