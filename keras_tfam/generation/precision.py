@@ -2,7 +2,12 @@
 
 Decoding one token at a time reads every weight once per step, so at small
 batch sizes its speed is the memory bandwidth divided by the bytes of the
-weights. A copy whose weights are bfloat16 reads half of them. Norm
+weights. A copy whose weights are bfloat16 reads half of them where the
+backend multiplies bfloat16 matrices as they are (GPUs, PyTorch's oneDNN).
+XLA's CPU backend does not: it converts bfloat16 weights to float32 for its
+products and hoists those conversions out of the compiled decoding loop, so
+on a CPU under XLA the loop reads float32 copies and a bfloat16 copy decodes
+no faster than float32 (`BENCHMARKS.md`, "One-row products"). Norm
 statistics, attention softmax and logits stay float32 inside the layers (as
 under mixed precision), so only the products see reduced precision.
 """

@@ -44,4 +44,3 @@ class Dense(keras.layers.Dense):
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras refuses subclasses unless they opt in; `call` above only changes the float path.
         super().quantize(mode, type_check=False, config=config)
-
