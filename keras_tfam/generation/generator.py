@@ -92,7 +92,7 @@ def compile_function(fn, model, jit_compile=True):
             with keras.StatelessScope(state_mapping=list(zip(variables, values))):
                 return fn(*args)
 
-        compiled = jax.jit(stateless) if jit_compile else stateless
+        compiled = _jax_jit(stateless) if jit_compile else stateless
         return lambda *args: compiled([variable.value for variable in variables], *args)
     if backend == "torch":
         import torch
@@ -103,6 +103,38 @@ def compile_function(fn, model, jit_compile=True):
 
         return no_grad
     return fn
+
+
+# XLA's CPU backend in recent jaxlibs hands reductions and dots to YNNPACK ("YNN fusions"). For the
+# attention of one decoded token over its cache (a multiply-reduce over the cached positions) that
+# took 28 of a 55 ms GPT-2 small step on a 2-core Xeon; without YNN fusions the whole step takes about
+# 30 ms (BENCHMARKS.md, "One-row products"). An empty list turns them off for the decoding loop only.
+_JAX_CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def _jax_jit(fn):
+    """`jax.jit(fn)`, with `_JAX_CPU_OPTIONS` on a CPU where this JAX and its XLA know them."""
+    import jax
+
+    plain = jax.jit(fn)
+    if jax.default_backend() != "cpu":
+        return plain
+    try:
+        tuned = jax.jit(fn, compiler_options=_JAX_CPU_OPTIONS)
+    except TypeError:  # a JAX without per-function compiler options
+        return plain
+    chosen = [tuned]
+
+    def call(*args):
+        try:
+            return chosen[0](*args)
+        except jax.errors.JaxRuntimeError as error:  # an XLA without the option: compile without it
+            if chosen[0] is plain or next(iter(_JAX_CPU_OPTIONS)) not in str(error):
+                raise
+            chosen[0] = plain
+            return plain(*args)
+
+    return call
 
 
 class Generator:
