@@ -130,7 +130,8 @@ def main():
     from timing import cpu
 
     folder = args.source or args.out or tempfile.mkdtemp(prefix="run_all-")
-    os.makedirs(folder, exist_ok=True)
+    if not args.source:
+        os.makedirs(folder, exist_ok=True)
     runs = {}
     if args.source:
         for name in ("decoding", "training"):
@@ -139,7 +140,7 @@ def main():
                 with open(path) as f:
                     runs[name] = json.load(f)
         if not runs:
-            raise SystemExit(f"--from: no decoding.json or training.json in {folder}")
+            parser.error(f"--from: no decoding.json or training.json in {folder!r}")
     else:
         peers = ["--peers-python", args.peers_python] if args.peers_python else []
         if "decoding" in args.only:
