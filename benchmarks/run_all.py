@@ -33,7 +33,7 @@ SAME_WIDTH = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "f
               "int8": "int8", "q8_0": "int8"}
 
 
-def run(script, json_path, *arguments):
+def run_script(script, json_path, *arguments):
     """`python benchmarks/script *arguments --json json_path`, its output passed through; the JSON it wrote."""
     command = [sys.executable, os.path.join(HERE, script), *map(str, arguments), "--json", json_path]
     print("$", " ".join(command), flush=True)
@@ -46,9 +46,9 @@ def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def decoding_table(run):
+def decoding_table(result_file):
     """Markdown: each engine's tokens/s at each batch, against ours at the same weight width and in float32."""
-    results, batches = run["results"], [str(b) for b in run["settings"]["batch"]]
+    results, batches = result_file["results"], [str(b) for b in result_file["settings"]["batch"]]
     reference = results.get("transformers-float32")
     speeds = {engine: result["tokens_per_s"] for engine, result in results.items()}
     header = ["engine", *(f"tok/s, batch {b}" for b in batches), *(f"ours same width / it, batch {b}" for b in batches),
@@ -69,21 +69,21 @@ def decoding_table(run):
             *(ratio(speeds.get("keras_tfam-float32", {}).get(b), speeds[engine][b]) for b in batches), *same,
         ]) + " |")
     versions = "; ".join(dict.fromkeys(result["version"] for result in results.values()))
-    settings = run["settings"]
+    settings = result_file["settings"]
     return (f"GPT-2 small, random weights, prompt {settings['prompt']}, {settings['new']} new tokens, greedy, "
             f"median of {settings['repeats']}; {versions}.\n\n" + "\n".join(lines))
 
 
-def training_table(run):
+def training_table(result_file):
     """Markdown: nanoGPT's CPU recipe, tokens/s and validation loss of each engine."""
-    results = run["results"]
+    results = result_file["results"]
     ours = results["keras_tfam"]["tokens_per_s"]
     lines = ["| engine | tokens/s | keras_tfam / it | validation loss | kernel path |", "|---|---:|---:|---:|---|"]
     for name, result in results.items():
         lines.append(f"| {name} | {result['tokens_per_s']:,.0f} | {ratio(ours, result['tokens_per_s'])} | "
                      f"{result['val_loss']:.4f} | {result.get('kernel_path', '-').removeprefix('kernel path: ')} |")
-    text = os.path.basename(run["settings"]["text"])
-    return f"nanoGPT's CPU recipe on {text}, {run['settings']['iters']} iterations.\n\n" + "\n".join(lines)
+    text = os.path.basename(result_file["settings"]["text"])
+    return f"nanoGPT's CPU recipe on {text}, {result_file['settings']['iters']} iterations.\n\n" + "\n".join(lines)
 
 
 def machine_block(machine, runs, command):
@@ -144,12 +144,12 @@ def main():
     else:
         peers = ["--peers-python", args.peers_python] if args.peers_python else []
         if "decoding" in args.only:
-            runs["decoding"] = run("generate_vs_transformers.py", os.path.join(folder, "decoding.json"), *peers)
+            runs["decoding"] = run_script("generate_vs_transformers.py", os.path.join(folder, "decoding.json"), *peers)
         if "training" in args.only and args.nanogpt:
-            runs["training"] = run("nanogpt_cpu.py", os.path.join(folder, "training.json"), "--nanogpt", args.nanogpt, *peers)
+            runs["training"] = run_script("nanogpt_cpu.py", os.path.join(folder, "training.json"), "--nanogpt", args.nanogpt, *peers)
         elif "training" in args.only:
             print("training: skipped (no --nanogpt checkout)", flush=True)
-    machines = {run["machine"] for run in runs.values()}
+    machines = {result_file["machine"] for result_file in runs.values()}
     if len(machines) != 1 or cpu() not in machines and not args.source:
         raise SystemExit(f"the runs come from different machines ({sorted(machines)}): not written together")
     machine = machines.pop()
