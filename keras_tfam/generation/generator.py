@@ -84,8 +84,6 @@ def compile_function(fn, model, jit_compile=True):
         # No autograph: the loop is backend-neutral (keras.ops control flow), and converting it cost ~2 s.
         return tf.function(fn, jit_compile=jit_compile, autograph=False)
     if backend == "jax":
-        import jax
-
         variables = list(getattr(model, "variables", []))
 
         def stateless(values, *args):
