@@ -3,6 +3,7 @@
 import math
 
 import keras
+from keras import ops
 import numpy as np
 
 
@@ -90,6 +91,38 @@ def is_single_row(tensor):
     dims = [static_dim(d) for d in tensor.shape[:-1]]
     return None not in dims and math.prod(dims) == 1
 
+
+
+def int8_rows_product(inputs, rows, dtype):
+    """`inputs @ rows^T` for one row of `inputs` `(1, ..., K)` and int8 `rows` `(N, K)`, in `dtype`.
+
+    The int8 weights of decoding one sequence, read one byte each: XLA's CPU
+    backend fuses the cast of `rows` into a row-major matrix-vector product
+    (about 20 GB/s of int8 weights on 2 cores, where its int8 dot converts
+    the matrix to int32 first). Inside a decoding loop, XLA hoists the cast
+    of a loop-invariant weight out of the loop, and the loop would read a
+    float32 copy four times the size; so `rows` gets a zero computed from the
+    input (`int(x * 0)`), which makes the cast loop-variant, and the input is
+    divided by `1 + x * 0`, which keeps whatever computes it out of the
+    product. The zero is 0 for every finite input; a NaN or infinity in the
+    one row makes every output NaN either way, so the result is always
+    `inputs @ rows^T`.
+    A `(K, N)` matrix is slow here: transposed inside the loop, it is read
+    column by column.
+
+    Examples:
+        >>> rows = np.array([[1, -2], [3, 4], [0, 5]], "int8")
+        >>> keras.ops.convert_to_numpy(int8_rows_product(np.array([[2.0, 1.0]]), rows, "float32"))
+        array([[ 0., 10.,  5.]], dtype=float32)
+    """
+    inputs = ops.cast(inputs, dtype)
+    zero = ops.multiply(ops.reshape(inputs, (-1,))[0], 0)
+    # `inputs / 1`: XLA fuses no division into the product, which would recompute
+    # the producers of `inputs` (an activation quantizer, say) for every row of `rows`.
+    vector = ops.divide(ops.reshape(inputs, (1, -1)), ops.add(zero, 1))
+    matrix = ops.cast(ops.add(rows, ops.cast(zero, rows.dtype)), dtype)
+    product = ops.matmul(vector, ops.transpose(matrix))
+    return ops.reshape(product, tuple(inputs.shape[:-1]) + (rows.shape[0],))
 
 def static_int(value):
     """`value` as a Python int when it is known now, else `None`.

@@ -1,25 +1,42 @@
-"""Keras' `Dense`, with its bias added where XLA's CPU backend keeps a one-row product fast."""
+"""Keras' `Dense`, with the one-row products of decoding kept fast by XLA's CPU backend."""
 
 import keras
+import numpy as np
 from keras import ops
+from keras import quantizers
 
-from keras_tfam.utils import is_single_row
+from keras_tfam.utils import int8_rows_product, is_single_row
+
+_XLA_BACKENDS = ("tensorflow", "jax")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
 class Dense(keras.layers.Dense):
-    """Keras' `Dense` layer, whose one-row products stay on XLA's multithreaded kernel on a CPU.
+    """Keras' `Dense` layer, whose one-row products stay fast on a CPU, in float32 and in int8.
 
-    Decoding one sequence multiplies a single row by every weight matrix.
-    XLA's CPU backend fuses `matmul + bias` into one "output fusion" exactly
-    when the product has one row (a matrix-vector product), and emits that
-    fusion as a single-threaded loop: GPT-2 small's per-token products then
-    read their weights at 12-15 GB/s instead of the 19-23 GB/s of the
-    unfused, multithreaded product on 2 cores (`BENCHMARKS.md`, batch-1
-    decoding: +30% tokens/s). So for a one-row input this layer adds the
-    bias as `x - (-bias)`, which XLA does not output-fuse. Negation is
-    exact, so the result is bit-identical to `x + bias`; inputs of more
-    rows, quantized kernels and LoRA take Keras' own path unchanged.
+    Decoding one sequence multiplies a single row by every weight matrix, a
+    matrix-vector product that XLA's CPU backend treats apart:
+
+    - **float32.** XLA fuses `matmul + bias` into one "output fusion" exactly
+      when the product has one row, and emits that fusion as a
+      single-threaded loop: GPT-2 small's per-token products then read their
+      weights at 12-15 GB/s instead of the 19-23 GB/s of the unfused,
+      multithreaded product on 2 cores (`BENCHMARKS.md`, batch-1 decoding:
+      +30% tokens/s). So for a one-row input this layer adds the bias as
+      `x - (-bias)`, which XLA does not output-fuse. Negation is exact, so
+      the result is bit-identical to `x + bias`.
+    - **int8** (`quantize("int8")`, Keras' per-output-channel scales). The
+      int8 kernel is kept as rows, `(units, input_dim)`, and a one-row input
+      is multiplied by it in float with `keras_tfam.utils.int8_rows_product`,
+      which XLA reads one byte per weight; Keras' int8 product is converted
+      to int32 weights by XLA, four bytes per weight. The activations are
+      quantized as Keras does (per row, unless the config says not to), so
+      the integer sums are those of Keras' int8 product: exact in float32
+      up to `input_dim` 1040, and within float32 rounding of them beyond.
+      Saved files, `kernel`, LoRA and the merge on save are Keras' own
+      `(input_dim, units)` layout: only the variable in memory is transposed.
+
+    More rows take Keras' own computation, on the same variables.
 
     Args:
         units: output width.
@@ -41,6 +58,88 @@ class Dense(keras.layers.Dense):
             x = self.activation(x)
         return x
 
+    # int8: Keras' quantization, its kernel stored as rows `(units, input_dim)`.
+
     def quantize(self, mode=None, type_check=True, config=None):
-        # Keras refuses subclasses unless they opt in; `call` above only changes the float path.
-        super().quantize(mode, type_check=False, config=config)
+        # Keras refuses subclasses unless they opt in; it quantizes in its own layout, then we transpose.
+        self._keras_int8_layout = True
+        try:
+            super().quantize(mode, type_check=False, config=config)
+        finally:
+            self._keras_int8_layout = False
+        if mode == "int8":
+            columns = ops.convert_to_numpy(self._kernel)
+            locked = self._tracker.locked
+            self._tracker.unlock()
+            del self._kernel
+            self._kernel = self.add_weight(
+                name="kernel", shape=columns.T.shape, initializer="zeros", dtype="int8", trainable=False
+            )
+            if locked:
+                self._tracker.lock()
+            self._kernel.assign(columns.T)
+
+    def _int8_build(self, kernel_shape, config=None):
+        if not getattr(self, "_keras_int8_layout", False):
+            kernel_shape = tuple(reversed(kernel_shape))  # Keras' `_int8_build` uses it for `_kernel` only
+        super()._int8_build(kernel_shape, config)
+
+    @property
+    def kernel(self):
+        if not (self.built and self.quantization_mode == "int8"):
+            return super().kernel
+        kernel = ops.transpose(self._kernel)
+        if self.lora_enabled:
+            lora = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
+            kernel = ops.cast(ops.add(kernel, (self.lora_alpha / self.lora_rank) * lora), self.compute_dtype)
+        return kernel
+
+    def _get_kernel_with_merged_lora(self):
+        if self.quantization_mode != "int8":
+            return super()._get_kernel_with_merged_lora()
+        columns = ops.transpose(self._kernel)
+        if not self.lora_enabled:
+            return columns, self.kernel_scale, None
+        lora = (self.lora_alpha / self.lora_rank) * ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
+        merged = ops.add(ops.divide(ops.cast(columns, self.compute_dtype), self.kernel_scale), lora)
+        kernel, scale = quantizers.abs_max_quantize(
+            merged, axis=0, value_range=(-127, 127), dtype="int8", to_numpy=True
+        )
+        return kernel, ops.squeeze(scale, axis=0), None
+
+    def load_own_variables(self, store):
+        if self.built and self.quantization_mode == "int8":
+            # The file holds Keras' `(input_dim, units)` kernel first (`variable_serialization_spec`).
+            store = {key: np.asarray(store[key]) for key in store.keys()}
+            store["0"] = store["0"].T
+        super().load_own_variables(store)
+
+    def _int8_call(self, inputs, training=None):
+        rows_path = is_single_row(inputs) and keras.backend.backend() in _XLA_BACKENDS
+
+        @ops.custom_gradient
+        def product(inputs, rows, kernel_scale):
+            def grad_fn(*args, upstream=None):
+                upstream = args[0] if upstream is None else upstream
+                float_rows = ops.divide(ops.cast(rows, self.compute_dtype), ops.expand_dims(kernel_scale, -1))
+                return ops.matmul(upstream, float_rows), None, None
+
+            output_scale = kernel_scale
+            if self.inputs_quantizer:
+                inputs, inputs_scale = self.inputs_quantizer(inputs, axis=-1)
+                output_scale = ops.multiply(output_scale, inputs_scale)
+            if rows_path:
+                x = int8_rows_product(inputs, rows, self.compute_dtype)
+            else:
+                x = ops.cast(ops.matmul(inputs, ops.transpose(rows)), self.compute_dtype)
+            return ops.divide(x, output_scale), grad_fn
+
+        x = product(inputs, ops.convert_to_tensor(self._kernel), ops.convert_to_tensor(self.kernel_scale))
+        if self.lora_enabled:
+            lora_x = ops.matmul(ops.matmul(inputs, self.lora_kernel_a), self.lora_kernel_b)
+            x = ops.cast(ops.add(x, (self.lora_alpha / self.lora_rank) * lora_x), self.compute_dtype)
+        if self.bias is not None:
+            x = ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x

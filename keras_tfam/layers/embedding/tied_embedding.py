@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.utils import check_positive_int, is_single_row
+from keras_tfam.utils import check_positive_int, int8_rows_product, is_single_row
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -81,6 +81,18 @@ class TiedEmbedding(keras.layers.ReversibleEmbedding):
             return ops.cast(logits, self.logits_dtype)
         self._check_ids(inputs)
         return super().quantized_call(ops.cast(inputs, "int32"))
+
+    def _int8_call(self, inputs, reverse=False):
+        one_row = reverse and is_single_row(inputs) and keras.backend.backend() in ("tensorflow", "jax")
+        if not one_row or self.logit_soft_cap is not None:
+            return super()._int8_call(inputs, reverse=reverse)
+        # One row: Keras' int8 logits, with the int8 `E` read one byte per weight under XLA
+        # (`int8_rows_product`); `E` is already rows `(V, D)`.
+        scale = self.embeddings_scale
+        if self.inputs_quantizer:
+            inputs, inputs_scale = self.inputs_quantizer(inputs)
+            scale = ops.multiply(inputs_scale, scale)
+        return ops.divide(int8_rows_product(inputs, self._embeddings, self.compute_dtype), scale)
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras refuses subclasses unless they opt in: `quantized_call` above keeps our call's contract.

@@ -1,3 +1,6 @@
+import re
+from functools import partial
+
 import keras
 import numpy as np
 import pytest
@@ -54,13 +57,107 @@ def test_one_row_product_is_not_output_fused_with_its_bias():
         assert "kind=kOutput" in optimized_hlo(theirs, x)
 
 
-def test_quantized_and_lora_layers_take_keras_paths():
-    x = rng.normal(size=(1, 1, 8)).astype("float32")
+WEIGHT_ONLY = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
+
+
+@pytest.mark.parametrize("config", [None, WEIGHT_ONLY], ids=["int8", "weight-only-int8"])
+@pytest.mark.parametrize("shape", [(1, 1, 8), (1, 8), (3, 8)])
+def test_int8_equals_keras_int8_dense_and_the_formula(config, shape):
+    """Our int8 rows give Keras' int8 outputs: the same integer sums (input_dim <= 1040: exact in float32)."""
+    ours, theirs = _pair()
+    for layer in (ours, theirs):
+        layer.quantize("int8", config=config)
+    x = rng.normal(size=shape).astype("float32")
+    out = keras.ops.convert_to_numpy(ours(x))
+    # Quantized activations make integer sums: exact in any order. Float activations sum in the kernel's order.
+    same = np.testing.assert_array_equal if config is None else partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-6)
+    same(out, keras.ops.convert_to_numpy(theirs(x)))
+    same(out, keras.ops.convert_to_numpy(compiled(lambda x: ours(x))(x)))
+    # The formula: Keras' per-output-channel scales, activations quantized per row unless weight-only.
+    columns, scale, bias = (keras.ops.convert_to_numpy(v) for v in (ours.kernel, ours.kernel_scale, ours.bias))
+    assert columns.dtype == np.int8 and np.array_equal(keras.ops.convert_to_numpy(ours._kernel), columns.T)
+    rows = x.reshape(-1, 8)
+    x_scale = 127 / np.abs(rows).max(-1, keepdims=True) if config is None else np.ones((len(rows), 1), "float32")
+    x_q = np.clip(np.round(rows * x_scale), -127, 127) if config is None else rows
+    expected = (x_q @ columns.astype("float32")) / (x_scale * scale) + bias
+    np.testing.assert_allclose(out.reshape(-1, 6), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_int8_files_are_keras_int8_dense_files(tmp_path):
+    """In memory the kernel is rows; saved, it is Keras' `(input_dim, units)` kernel, and loads either way."""
     ours, theirs = _pair()
     for layer in (ours, theirs):
         layer.quantize("int8")
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(theirs(x)))
+    x = rng.normal(size=(1, 8)).astype("float32")
+    ours_model, theirs_model = (keras.Sequential([keras.Input((8,)), layer]) for layer in (ours, theirs))
+    ours_model.save_weights(tmp_path / "ours.weights.h5")
+    theirs_model.save_weights(tmp_path / "theirs.weights.h5")
+    saved = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, dtype=theirs.dtype_policy)])
+    saved.load_weights(tmp_path / "ours.weights.h5")  # Keras' Dense reads our file
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(saved(x)), keras.ops.convert_to_numpy(ours_model(x)))
+    ours_model.save(tmp_path / "ours.keras")
+    loaded = keras.models.load_model(tmp_path / "ours.keras")
+    assert tuple(loaded.layers[0]._kernel.shape) == (6, 8)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x)), keras.ops.convert_to_numpy(ours_model(x)))
 
+
+def test_int8_lora_trains_and_merges_as_keras_does():
+    ours, theirs = _pair()
+    for layer in (ours, theirs):
+        layer.quantize("int8")
+        layer.enable_lora(2)
+    theirs.lora_kernel_a.assign(ours.lora_kernel_a)
+    for layer in (ours, theirs):
+        layer.lora_kernel_b.assign(np.linspace(-1, 1, 12, dtype="float32").reshape(2, 6))
+    x = rng.normal(size=(1, 1, 8)).astype("float32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(theirs(x)), rtol=1e-6, atol=1e-6
+    )
+    assert [v.name for v in ours.trainable_variables] == [v.name for v in theirs.trainable_variables]
+    assert "kernel" not in [v.name for v in ours.trainable_variables]
+    merged_ours, merged_theirs = ours._get_kernel_with_merged_lora(), theirs._get_kernel_with_merged_lora()
+    for a, b in zip(merged_ours[:2], merged_theirs[:2]):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
+class _Loop(keras.layers.Layer):
+    """`layer` applied three times in a loop, as the generator applies a model once per token."""
+
+    def __init__(self, layer):
+        super().__init__(name="loop")
+        self.layer = layer
+
+    def call(self, x):
+        return keras.ops.fori_loop(0, 3, lambda i, x: self.layer(x), x)
+
+
+@pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loop-invariant code motion")
+def test_int8_one_row_product_reads_int8_inside_the_loop():
+    """The cast of the int8 weights stays in the product, inside the loop; Keras' is hoisted out of it.
+
+    Hoisted, the loop reads a converted copy of four bytes per weight (int32 or float32).
+    """
+    x = rng.normal(size=(1, 1, 24)).astype("float32")
+
+    def hoisted_casts(layer):
+        loop = _Loop(layer)
+        loop.build(x.shape)
+        hlo = optimized_hlo(loop, x)
+        computations = hlo.split("\n\n")
+        weight_casts = [c for c in computations if re.search(r"= (f32|s32)\[24,24\]\{[0-9,]*\} convert\(", c)]
+        assert weight_casts, "no cast of the int8 weights at all"
+        return [c for c in weight_casts if " dot(" not in c]
+
+    ours, theirs = Dense(24), keras.layers.Dense(24)
+    for layer in (ours, theirs):
+        layer.build((None, 24))
+        layer.quantize("int8")
+    assert hoisted_casts(ours) == []
+    assert hoisted_casts(theirs)  # what the test guards against
+
+
+def test_lora_layers_take_keras_paths():
+    x = rng.normal(size=(1, 1, 8)).astype("float32")
     ours, theirs = _pair()
     for layer in (ours, theirs):
         layer.enable_lora(2)

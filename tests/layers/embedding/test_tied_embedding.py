@@ -84,3 +84,27 @@ def test_one_row_logits_read_the_table_as_it_is_stored():
     keras_layer = keras.layers.ReversibleEmbedding(512, 64)
     keras_layer.build()
     assert " copy(" in optimized_hlo(keras_layer, hidden, reverse=True)  # what the test guards against
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 8)])
+def test_int8_logits_equal_keras_int8_and_the_formula(shape):
+    """One row multiplies the int8 table as stored (`int8_rows_product`): Keras' int8 logits, bit for bit."""
+    from backend import compiled
+
+    ours = TiedEmbedding(50, 8)
+    theirs = keras.layers.ReversibleEmbedding(50, 8, tie_weights=True, logit_soft_cap=None)
+    for layer in (ours, theirs):
+        layer.build()
+    theirs.set_weights(ours.get_weights())
+    for layer in (ours, theirs):
+        layer.quantize("int8", type_check=False)
+    hidden = rng.normal(size=shape).astype("float32")
+    logits = keras.ops.convert_to_numpy(ours(hidden, reverse=True))
+    np.testing.assert_array_equal(logits, keras.ops.convert_to_numpy(theirs(hidden, reverse=True)))
+    np.testing.assert_array_equal(logits, keras.ops.convert_to_numpy(compiled(lambda h: ours(h, reverse=True))(hidden)))
+    table, scale = (keras.ops.convert_to_numpy(v) for v in (ours._embeddings, ours.embeddings_scale))
+    rows = hidden.reshape(-1, 8)
+    h_scale = 127 / np.abs(rows).max(-1, keepdims=True)
+    h_q = np.clip(np.round(rows * h_scale), -127, 127)
+    expected = (h_q @ table.T.astype("float32")) / (h_scale * scale)
+    np.testing.assert_allclose(logits.reshape(-1, 50), expected, rtol=1e-5, atol=1e-6)
