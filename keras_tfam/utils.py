@@ -93,6 +93,15 @@ def is_single_row(tensor):
 
 
 
+def takes_int8_rows_product(inputs):
+    """Whether a layer multiplies `inputs` by its int8 weights through `int8_rows_product`.
+
+    For one row on an XLA backend (TensorFlow, JAX), where it reads a byte per weight; more rows, and
+    torch, keep Keras' int8 product.
+    """
+    return is_single_row(inputs) and keras.backend.backend() in ("tensorflow", "jax")
+
+
 def int8_rows_product(inputs, rows, dtype):
     """`inputs @ rows^T` for one row of `inputs` `(1, ..., K)` and int8 `rows` `(N, K)`, in `dtype`.
 
@@ -115,6 +124,8 @@ def int8_rows_product(inputs, rows, dtype):
         >>> keras.ops.convert_to_numpy(int8_rows_product(np.array([[2.0, 1.0]]), rows, "float32"))
         array([[ 0., 10.,  5.]], dtype=float32)
     """
+    if not is_single_row(inputs):
+        raise ValueError(f"int8_rows_product multiplies one row. Received: inputs of shape {tuple(inputs.shape)}")
     inputs = ops.cast(inputs, dtype)
     zero = ops.multiply(ops.reshape(inputs, (-1,))[0], 0)
     # `inputs / 1`: XLA fuses no division into the product, which would recompute
@@ -123,6 +134,7 @@ def int8_rows_product(inputs, rows, dtype):
     matrix = ops.cast(ops.add(rows, ops.cast(zero, rows.dtype)), dtype)
     product = ops.matmul(vector, ops.transpose(matrix))
     return ops.reshape(product, tuple(inputs.shape[:-1]) + (rows.shape[0],))
+
 
 def static_int(value):
     """`value` as a Python int when it is known now, else `None`.

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfam.utils import check_non_negative_int, check_positive_int, check_window
+from keras_tfam.utils import check_non_negative_int, check_positive_int, check_window, int8_rows_product
 
 
 @pytest.mark.parametrize("value", [4, np.int64(4), np.int32(4), np.uint8(4), np.int8(4)])
@@ -62,3 +62,12 @@ def test_window_tensors_must_be_scalar_integers_and_positive_when_known():
         with pytest.raises(ValueError) as error:
             check_window(tensor)
         assert "\n" not in str(error.value) and str(error.value).endswith(f"Received: {shown}")
+
+
+def test_int8_rows_product_is_the_formula_for_one_row_and_refuses_more():
+    rows = np.random.default_rng(0).integers(-127, 128, size=(5, 4)).astype("int8")
+    x = np.random.default_rng(1).normal(size=(1, 1, 4)).astype("float32")
+    out = keras.ops.convert_to_numpy(int8_rows_product(x, rows, "float32"))
+    np.testing.assert_allclose(out, x @ rows.T.astype("float32"), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"one row. Received: inputs of shape \(2, 4\)"):
+        int8_rows_product(np.ones((2, 4), "float32"), rows, "float32")

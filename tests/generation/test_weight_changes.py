@@ -2,7 +2,8 @@
 
 import keras
 import numpy as np
-from backend import greedy_by_full_passes
+import pytest
+from backend import forward, greedy_by_full_passes
 
 from keras_tfam.generation import Generator
 from keras_tfam.models import GPT2LM
@@ -36,3 +37,26 @@ def test_generate_after_quantize_traces_a_new_loop_with_the_quantized_weights():
     model.quantize("int8")
     assert model.generate([PROMPT], 8)[0].tolist() == greedy_by_full_passes(model, PROMPT, 8)
     assert set(Generator.for_model(model)._functions) - set(loops)  # not the float32 loop
+
+
+WEIGHT_ONLY = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
+
+
+@pytest.mark.parametrize("config", [None, WEIGHT_ONLY], ids=["int8", "weight-only-int8"])
+def test_int8_one_sequence_decodes_as_its_full_pass(config):
+    """One sequence decodes through int8 rows (`int8_rows_product`), the full pass through Keras' int8 product.
+
+    Token by token and prefill + steps equal the full pass (the compiled loop's greedy tokens: the test above).
+    """
+    model = tiny()
+    model.quantize("int8", config=config)
+    tokens = np.array([PROMPT + [7, 2, 9, 4]], "int32")
+    full = forward(model, tokens)
+    for prefill in (1, 4):
+        cache = model.init_cache(1, tokens.shape[1])
+        step = model.call_with_cache(tokens[:, :prefill], cache, 0)
+        logits = [keras.ops.convert_to_numpy(step.logits)]
+        for t in range(prefill, tokens.shape[1]):
+            step = model.call_with_cache(tokens[:, t : t + 1], step.cache, t)
+            logits.append(keras.ops.convert_to_numpy(step.logits))
+        np.testing.assert_allclose(np.concatenate(logits, axis=1), full, rtol=1e-5, atol=1e-5)

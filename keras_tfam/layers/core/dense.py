@@ -5,9 +5,7 @@ import numpy as np
 from keras import ops
 from keras import quantizers
 
-from keras_tfam.utils import int8_rows_product, is_single_row
-
-_XLA_BACKENDS = ("tensorflow", "jax")
+from keras_tfam.utils import int8_rows_product, is_single_row, takes_int8_rows_product
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -61,28 +59,25 @@ class Dense(keras.layers.Dense):
     # int8: Keras' quantization, its kernel stored as rows `(units, input_dim)`.
 
     def quantize(self, mode=None, type_check=True, config=None):
-        # Keras refuses subclasses unless they opt in; it quantizes in its own layout, then we transpose.
-        self._keras_int8_layout = True
-        try:
-            super().quantize(mode, type_check=False, config=config)
-        finally:
-            self._keras_int8_layout = False
-        if mode == "int8":
-            columns = ops.convert_to_numpy(self._kernel)
-            locked = self._tracker.locked
-            self._tracker.unlock()
-            del self._kernel
-            self._kernel = self.add_weight(
-                name="kernel", shape=columns.T.shape, initializer="zeros", dtype="int8", trainable=False
-            )
-            if locked:
-                self._tracker.lock()
-            self._kernel.assign(columns.T)
+        # Keras refuses subclasses unless they opt in. int8 is Keras' own quantization (its default
+        # quantizer, its policy), the kernel stored transposed.
+        if mode != "int8":
+            return super().quantize(mode, type_check=False, config=config)
+        self.quantization_config = config
+        quantizer = keras.quantizers.QuantizationConfig.weight_quantizer_or_default(
+            config, keras.quantizers.AbsMaxQuantizer(axis=0)
+        )
+        columns, scale = quantizer(self._kernel, to_numpy=True)
+        del self._kernel
+        self.quantized_build(tuple(columns.shape), mode, config)
+        self._kernel.assign(ops.transpose(columns))
+        self.kernel_scale.assign(ops.squeeze(scale, axis=0))
+        if self.dtype_policy.quantization_mode is None:
+            self.dtype_policy = keras.dtype_policies.get(f"int8_from_{self.dtype_policy.name}")
 
     def _int8_build(self, kernel_shape, config=None):
-        if not getattr(self, "_keras_int8_layout", False):
-            kernel_shape = tuple(reversed(kernel_shape))  # Keras' `_int8_build` uses it for `_kernel` only
-        super()._int8_build(kernel_shape, config)
+        # Keras' `_int8_build` uses `kernel_shape` for `_kernel` only: rows `(units, input_dim)`.
+        super()._int8_build(tuple(reversed(kernel_shape)), config)
 
     @property
     def kernel(self):
@@ -115,7 +110,7 @@ class Dense(keras.layers.Dense):
         super().load_own_variables(store)
 
     def _int8_call(self, inputs, training=None):
-        rows_path = is_single_row(inputs) and keras.backend.backend() in _XLA_BACKENDS
+        rows_path = takes_int8_rows_product(inputs)
 
         @ops.custom_gradient
         def product(inputs, rows, kernel_scale):

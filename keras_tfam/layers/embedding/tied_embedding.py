@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.utils import check_positive_int, int8_rows_product, is_single_row
+from keras_tfam.utils import check_positive_int, int8_rows_product, is_single_row, takes_int8_rows_product
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -83,8 +83,7 @@ class TiedEmbedding(keras.layers.ReversibleEmbedding):
         return super().quantized_call(ops.cast(inputs, "int32"))
 
     def _int8_call(self, inputs, reverse=False):
-        one_row = reverse and is_single_row(inputs) and keras.backend.backend() in ("tensorflow", "jax")
-        if not one_row or self.logit_soft_cap is not None:
+        if not (reverse and takes_int8_rows_product(inputs)) or self.logit_soft_cap is not None:
             return super()._int8_call(inputs, reverse=reverse)
         # One row: Keras' int8 logits, with the int8 `E` read one byte per weight under XLA
         # (`int8_rows_product`); `E` is already rows `(V, D)`.
