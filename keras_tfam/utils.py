@@ -3,8 +3,8 @@
 import math
 
 import keras
-from keras import ops
 import numpy as np
+from keras import ops
 
 
 def is_integer(value):
@@ -90,7 +90,6 @@ def is_single_row(tensor):
     """
     dims = [static_dim(d) for d in tensor.shape[:-1]]
     return None not in dims and math.prod(dims) == 1
-
 
 
 def takes_int8_rows_product(inputs):

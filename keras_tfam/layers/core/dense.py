@@ -64,8 +64,8 @@ class Dense(keras.layers.Dense):
         if mode != "int8":
             return super().quantize(mode, type_check=False, config=config)
         self.quantization_config = config
-        quantizer = keras.quantizers.QuantizationConfig.weight_quantizer_or_default(
-            config, keras.quantizers.AbsMaxQuantizer(axis=0)
+        quantizer = quantizers.QuantizationConfig.weight_quantizer_or_default(
+            config, quantizers.AbsMaxQuantizer(axis=0)
         )
         columns, scale = quantizer(self._kernel, to_numpy=True)
         del self._kernel
