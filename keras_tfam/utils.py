@@ -111,8 +111,8 @@ def int8_rows_product(inputs, rows, dtype):
     of a loop-invariant weight out of the loop, and the loop would read a
     float32 copy four times the size; so `rows` gets a zero computed from the
     input (`int(x * 0)`), which makes the cast loop-variant, and the input is
-    divided by `1 + x * 0`, which keeps whatever computes it out of the
-    product. The zero is 0 for every finite input; a NaN or infinity in the
+    divided by `1 + x * 0` element by element, which keeps whatever computes
+    it out of the product. The zero is 0 for every finite input; a NaN or infinity in the
     one row makes every output NaN either way, so the result is always
     `inputs @ rows^T`.
     A `(K, N)` matrix is slow here: transposed inside the loop, it is read
@@ -126,11 +126,13 @@ def int8_rows_product(inputs, rows, dtype):
     if not is_single_row(inputs):
         raise ValueError(f"int8_rows_product multiplies one row. Received: inputs of shape {tuple(inputs.shape)}")
     inputs = ops.cast(inputs, dtype)
-    zero = ops.multiply(ops.reshape(inputs, (-1,))[0], 0)
-    # `inputs / 1`: XLA fuses no division into the product, which would recompute
-    # the producers of `inputs` (an activation quantizer, say) for every row of `rows`.
-    vector = ops.divide(ops.reshape(inputs, (1, -1)), ops.add(zero, 1))
-    matrix = ops.cast(ops.add(rows, ops.cast(zero, rows.dtype)), dtype)
+    vector = ops.reshape(inputs, (1, -1))
+    # `vector / 1`, element by element: XLA fuses no such division into the product, which would
+    # recompute the producers of `vector` (an activation quantizer, say) for every row of `rows`.
+    # (A division by one broadcast scalar becomes a multiplication, which XLA fuses.)
+    vector = ops.divide(vector, ops.add(ops.multiply(vector, 0), 1))
+    zero = ops.cast(ops.multiply(vector[0, 0], 0), rows.dtype)
+    matrix = ops.cast(ops.add(rows, zero), dtype)
     product = ops.matmul(vector, ops.transpose(matrix))
     return ops.reshape(product, tuple(inputs.shape[:-1]) + (rows.shape[0],))
 

@@ -135,25 +135,27 @@ class _Loop(keras.layers.Layer):
 def test_int8_one_row_product_reads_int8_inside_the_loop():
     """The cast of the int8 weights stays in the product, inside the loop; Keras' is hoisted out of it.
 
-    Hoisted, the loop reads a converted copy of four bytes per weight (int32 or float32).
+    Hoisted, the loop reads a converted copy of four bytes per weight (int32 or float32). And the
+    activation quantizer stays out of the product: fused in, it runs once per row of the weights.
     """
     x = rng.normal(size=(1, 1, 24)).astype("float32")
 
-    def hoisted_casts(layer):
+    def casts(layer):
+        """The computations that cast the int8 weights (to float32 or int32)."""
         loop = _Loop(layer)
         loop.build(x.shape)
-        hlo = optimized_hlo(loop, x)
-        computations = hlo.split("\n\n")
-        weight_casts = [c for c in computations if re.search(r"= (f32|s32)\[24,24\]\{[0-9,]*\} convert\(", c)]
-        assert weight_casts, "no cast of the int8 weights at all"
-        return [c for c in weight_casts if " dot(" not in c]
+        computations = optimized_hlo(loop, x).split("\n\n")
+        found = [c for c in computations if re.search(r"= (f32|s32)\[24,24\]\{[0-9,]*\} convert\(", c)]
+        assert found, "no cast of the int8 weights at all"
+        return found
 
     ours, theirs = Dense(24), keras.layers.Dense(24)
     for layer in (ours, theirs):
         layer.build((None, 24))
         layer.quantize("int8")
-    assert hoisted_casts(ours) == []
-    assert hoisted_casts(theirs)  # what the test guards against
+    for computation in casts(ours):
+        assert " dot(" in computation and "round-nearest" not in computation
+    assert any(" dot(" not in computation for computation in casts(theirs))  # what the test guards against
 
 
 def test_lora_layers_take_keras_paths():
