@@ -1,7 +1,9 @@
 """The language-model loss in one pass over the logits, with its gradient written in their dtype."""
 
 import keras
+import numpy as np
 from keras import ops
+from keras.src.backend import set_keras_mask  # what Keras' own losses mark ignored positions with
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -21,7 +23,12 @@ class TokenCrossEntropy(keras.losses.Loss):
     in the loss's own kernels.
 
     Masks and sample weights are applied by `keras.losses.Loss` as usual (a
-    padded position weighs 0).
+    padded position weighs 0). Positions whose target is `ignore_class` (as
+    in Keras' sparse cross-entropy; -100 in Hugging Face's labels) count for
+    nothing: their loss and gradient are 0 and the mean is over the other
+    positions. Any other target outside `[0, V)` makes the loss NaN, so a
+    wrong vocabulary size shows in the first step instead of training on
+    a clamped index.
 
     Args:
         name: the loss's name.
@@ -30,9 +37,12 @@ class TokenCrossEntropy(keras.losses.Loss):
         dtype: dtype Keras converts the inputs to and reduces the loss in
             (float32 by default); the statistics over the vocabulary are
             float32 whatever it is.
+        ignore_class: an int target id that is not a token (padding, or
+            -100), or `None` (every target is a token).
 
     Call arguments:
-        y_true: int targets `(B, T)` (or `(B, T, 1)`) in `[0, V)`.
+        y_true: int targets `(B, T)` (or `(B, T, 1)`) in `[0, V)`, or
+            `ignore_class`.
         y_pred: logits `(B, T, V)`, any float dtype.
 
     Returns:
@@ -45,31 +55,46 @@ class TokenCrossEntropy(keras.losses.Loss):
         0.1681
     """
 
-    def __init__(self, name="token_cross_entropy", reduction="sum_over_batch_size", dtype=None):
+    def __init__(self, name="token_cross_entropy", reduction="sum_over_batch_size", dtype=None, ignore_class=None):
+        if ignore_class is not None and (isinstance(ignore_class, bool) or not isinstance(ignore_class, (int, np.integer))):
+            raise ValueError(f"`ignore_class` must be an int target id or None. Received: ignore_class={ignore_class!r}")
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.ignore_class = None if ignore_class is None else int(ignore_class)
 
     def call(self, y_true, y_pred):
         targets = ops.cast(y_true, "int32")
         if len(targets.shape) == len(y_pred.shape):
             targets = ops.squeeze(targets, axis=-1)
-        return _token_cross_entropy(y_pred, targets)
+        if self.ignore_class is None:
+            return _token_cross_entropy(y_pred, targets)
+        # As Keras' sparse cross-entropy: the ignored positions get loss 0 and a mask, which
+        # `keras.losses.Loss` turns into weights, so the mean is over the other positions.
+        valid = ops.not_equal(targets, self.ignore_class)
+        losses = ops.where(valid, _token_cross_entropy(y_pred, ops.where(valid, targets, 0)), 0.0)
+        set_keras_mask(losses, valid)
+        return losses
 
     def get_config(self):
-        return {"name": self.name, "reduction": self.reduction, "dtype": self.dtype}
+        return {"name": self.name, "reduction": self.reduction, "dtype": self.dtype, "ignore_class": self.ignore_class}
 
 
 @ops.custom_gradient
 def _token_cross_entropy(logits, targets):
     """`logsumexp(logits) - logits[target]` per position `(B, T)`, float32."""
     statistics = ops.cast(logits, "float32")
+    vocabulary_size = ops.shape(logits)[-1]
     normaliser = ops.logsumexp(statistics, axis=-1)
-    picked = ops.squeeze(ops.take_along_axis(statistics, ops.expand_dims(targets, -1), axis=-1), axis=-1)
+    in_range = ops.logical_and(ops.greater_equal(targets, 0), ops.less(targets, vocabulary_size))
+    picked = ops.squeeze(
+        ops.take_along_axis(statistics, ops.expand_dims(ops.where(in_range, targets, 0), -1), axis=-1), axis=-1
+    )
+    picked = ops.where(in_range, picked, float("nan"))  # a target that is no token: NaN, not a clamped index
 
     def gradient(*args, upstream=None):
         if upstream is None:
             (upstream,) = args
         probabilities = ops.exp(statistics - ops.expand_dims(normaliser, -1))
-        one_hot = ops.one_hot(targets, ops.shape(logits)[-1], dtype="float32")
+        one_hot = ops.one_hot(targets, vocabulary_size, dtype="float32")
         logits_gradient = (probabilities - one_hot) * ops.expand_dims(ops.cast(upstream, "float32"), -1)
         return ops.cast(logits_gradient, logits.dtype), None
 

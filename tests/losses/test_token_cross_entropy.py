@@ -72,3 +72,44 @@ def test_fit_with_it_is_fit_with_keras_loss_and_it_serializes():
         np.testing.assert_allclose(ours, theirs, atol=2e-5)
     restored = keras.losses.deserialize(keras.losses.serialize(TokenCrossEntropy(reduction="sum")))
     assert isinstance(restored, TokenCrossEntropy) and restored.reduction == "sum"
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "sum", "none"])
+def test_ignore_class_is_keras_ignore_class(reduction):
+    targets = TARGETS.copy()
+    targets[0, 1] = targets[1, 4] = -100  # Hugging Face's "not a label"
+    ours = TokenCrossEntropy(reduction=reduction, ignore_class=-100)
+    keras_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction, ignore_class=-100)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours(targets, LOGITS)), ops.convert_to_numpy(keras_loss(targets, LOGITS)), rtol=1e-6, atol=1e-6
+    )
+    (gradient,) = gradients(lambda logits: ops.sum(ours(targets, logits)), LOGITS)
+    (expected,) = gradients(lambda logits: ops.sum(keras_loss(targets, logits)), LOGITS)
+    np.testing.assert_allclose(gradient, expected, rtol=1e-6, atol=1e-7)  # float32 against float32, values up to 1
+    assert np.all(gradient[0, 1] == 0) and np.all(gradient[1, 4] == 0)
+
+
+def test_ignore_class_mean_is_over_the_other_positions():
+    targets = TARGETS.copy()
+    targets[1, 2:] = 0  # padding id 0 ignored
+    valid = targets != 0
+    losses, _ = reference(LOGITS.astype("float64"), np.where(valid, targets, 0))
+    loss = TokenCrossEntropy(ignore_class=0)
+    np.testing.assert_allclose(float(loss(targets, LOGITS)), losses[valid].mean(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", [-1, 11, -100])
+def test_a_target_that_is_no_token_makes_the_loss_nan(target):
+    targets = TARGETS.copy()
+    targets[1, 3] = target
+    losses = ops.convert_to_numpy(TokenCrossEntropy(reduction="none")(targets, LOGITS))
+    assert np.isnan(losses[1, 3]) and np.isfinite(np.delete(losses.ravel(), 8)).all()
+    assert np.isnan(float(TokenCrossEntropy()(targets, LOGITS)))
+
+
+def test_ignore_class_serializes_and_bad_values_get_one_line():
+    restored = keras.losses.deserialize(keras.losses.serialize(TokenCrossEntropy(ignore_class=-100)))
+    assert restored.ignore_class == -100
+    for bad in (1.5, "pad", True):
+        with pytest.raises(ValueError, match=r"^`ignore_class` must be an int target id or None\. Received: ignore_class="):
+            TokenCrossEntropy(ignore_class=bad)
