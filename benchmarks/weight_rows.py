@@ -1,0 +1,112 @@
+"""Narrow weights inside a decoding loop on XLA's CPU backend: which forms read fewer bytes than float32.
+
+    python benchmarks/weight_rows.py [--repeats 5] [--steps 32]
+
+Decoding one sequence multiplies a single row by every weight, once per step, inside a compiled loop.
+XLA's CPU backend has no bfloat16, float16 or int8 matrix-vector kernel: it converts the weights to
+float32 for its dot. A loop-invariant conversion is hoisted out of the loop (the loop then reads a
+float32 copy), so each narrow form below takes the cast inside the loop the way
+`keras_tfam.utils.int8_rows_product` does: the weights stored as rows `(N, K)`, a zero computed from
+the input added to them, and the product `x @ rows^T`, into which XLA fuses the cast.
+
+The products are GPT-2 small's feed-forward matrices (12 layers of 768 x 3072 and 3072 x 768, each
+feeding the next), one row, 32 steps of a `tf.while_loop` per call, interleaved so the machine's drift
+hits every form alike:
+
+- `float32`: the float32 product of `(K, N)` weights (what float32 decoding runs);
+- `bfloat16, Keras' layout`: bfloat16 weights `(K, N)` and bfloat16 compute (what `with_dtype` runs);
+- `bfloat16 rows` / `float16 rows` / `int8 rows`: the narrow weights as rows, cast inside the loop.
+
+It prints milliseconds per step and the weight bytes read per second at each form's own width (the
+row forms are what a narrow path could read; `bfloat16, Keras' layout` is counted at two bytes though
+its loop reads float32 copies), best of `--repeats` series, the machine first.
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+WIDTH, LAYERS = 768, 12
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="series of --steps steps each; the best counts")
+    parser.add_argument("--steps", type=int, default=32, help="loop steps per call")
+    args = parser.parse_args()
+    for name in ("repeats", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
+    import numpy as np
+    import tensorflow as tf
+
+    from timing import cpu
+
+    rng = np.random.default_rng(0)
+    shapes = [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)] * LAYERS
+    kernels = [rng.standard_normal(shape).astype("float32") * 0.02 for shape in shapes]
+
+    def rows_of(kernel, dtype):
+        if dtype == "int8":
+            scale = np.abs(kernel).max(axis=0) / 127
+            return tf.Variable(np.round(kernel / scale).T.astype("int8")), tf.Variable(scale.astype("float32"))
+        return tf.Variable(tf.cast(np.ascontiguousarray(kernel.T), dtype)), None
+
+    def rows_product(x, rows, scale):
+        vector = x / (1 + x * 0)  # element by element: keeps the producers of `x` out of the fused product
+        zero = tf.cast(vector[0, 0] * 0, rows.dtype)  # makes the cast loop-variant
+        product = tf.matmul(vector, tf.cast(rows + zero, "float32"), transpose_b=True)
+        return product if scale is None else product * scale
+
+    def plain(dtype):
+        weights = [tf.Variable(tf.cast(k, dtype)) for k in kernels]  # variables: XLA folds no cast of them
+        return lambda x, i: tf.cast(tf.matmul(tf.cast(x, dtype), weights[i]), "float32")
+
+    def as_rows(dtype):
+        weights = [rows_of(k, dtype) for k in kernels]
+        return lambda x, i: rows_product(x, *weights[i])
+
+    forms = {
+        "float32": (plain("float32"), 4),
+        "bfloat16, Keras' layout": (plain("bfloat16"), 2),
+        "bfloat16 rows": (as_rows("bfloat16"), 2),
+        "float16 rows": (as_rows("float16"), 2),
+        "int8 rows": (as_rows("int8"), 1),
+    }
+
+    def loop(product):
+        @tf.function(jit_compile=True, autograph=False)
+        def run(x):
+            def body(step, h):
+                for i in range(0, len(shapes), 2):  # a feed-forward block with a residual, as in decoding
+                    h = h + 0.01 * product(tf.nn.relu(product(h, i)), i + 1)
+                return step + 1, h
+
+            return tf.while_loop(lambda step, h: step < args.steps, body, (tf.constant(0), x))[1]
+
+        return run
+
+    x = tf.constant(rng.standard_normal((1, WIDTH)).astype("float32"))
+    compiled = {name: loop(product) for name, (product, _) in forms.items()}
+    for run in compiled.values():
+        run(x).numpy()
+    best = dict.fromkeys(forms, float("inf"))
+    for _ in range(args.repeats):
+        for name, run in compiled.items():
+            start = time.perf_counter()
+            run(x).numpy()
+            best[name] = min(best[name], (time.perf_counter() - start) / args.steps)
+    elements = sum(k * n for k, n in shapes)
+    print(f"machine: {cpu()}")
+    print(f"{LAYERS} x (768 x 3072, 3072 x 768), one row, {args.steps} loop steps per call, best of {args.repeats}")
+    print("| weights | ms per step | GB/s at its width | float32 / it |")
+    print("|---|---:|---:|---:|")
+    for name, (_, width) in forms.items():
+        print(f"| {name} | {best[name] * 1e3:.2f} | {elements * width / best[name] / 1e9:.1f} | "
+              f"{best['float32'] / best[name]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
