@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from backend import forward, greedy_by_full_passes
+from backend import compiled, forward, greedy_by_full_passes
 
 from keras_tfam.generation import Generator
 from keras_tfam.models import GPT2LM
@@ -47,16 +47,18 @@ def test_int8_one_sequence_decodes_as_its_full_pass(config):
     """One sequence decodes through int8 rows (`int8_rows_product`), the full pass through Keras' int8 product.
 
     Token by token and prefill + steps equal the full pass (the compiled loop's greedy tokens: the test above).
+    The steps are compiled (XLA on TensorFlow and JAX), as in the decoding loop.
     """
     model = tiny()
     model.quantize("int8", config=config)
     tokens = np.array([PROMPT + [7, 2, 9, 4]], "int32")
     full = forward(model, tokens)
+    call_with_cache = compiled(model.call_with_cache)
     for prefill in (1, 4):
         cache = model.init_cache(1, tokens.shape[1])
-        step = model.call_with_cache(tokens[:, :prefill], cache, 0)
+        step = call_with_cache(tokens[:, :prefill], cache, np.int32(0))
         logits = [keras.ops.convert_to_numpy(step.logits)]
         for t in range(prefill, tokens.shape[1]):
-            step = model.call_with_cache(tokens[:, t : t + 1], step.cache, t)
+            step = call_with_cache(tokens[:, t : t + 1], step.cache, np.int32(t))
             logits.append(keras.ops.convert_to_numpy(step.logits))
         np.testing.assert_allclose(np.concatenate(logits, axis=1), full, rtol=1e-5, atol=1e-5)
