@@ -17,7 +17,6 @@ It prints milliseconds per step and the weight bytes read per second, best of `-
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -34,7 +33,7 @@ def main():
     import tensorflow as tf
 
     from keras_tfam.layers import Dense, TiedEmbedding
-    from timing import cpu
+    from timing import best_interleaved, cpu
 
     shapes = [(WIDTH, WIDTH)] * 4 + [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)]
     keras.utils.set_random_seed(0)
@@ -75,13 +74,8 @@ def main():
     compiled = {name: tf.function(fn, jit_compile=True, autograph=False) for name, (fn, _) in cases.items()}
     for fn in compiled.values():
         fn(x).numpy()
-    best = dict.fromkeys(cases, float("inf"))
-    for _ in range(args.repeats):
-        for name, fn in compiled.items():
-            start = time.perf_counter()
-            for _ in range(20):
-                fn(x).numpy()
-            best[name] = min(best[name], (time.perf_counter() - start) / 20)
+    twenty_steps = {name: lambda fn=fn: [fn(x).numpy() for _ in range(20)] for name, fn in compiled.items()}
+    best = best_interleaved(twenty_steps, args.repeats, per_call=20)
     print(f"machine: {cpu()}; TF {tf.__version__}, keras {keras.__version__}; batch 1, best of {args.repeats} x 20 steps\n")
     print("| products | ms per step | weight GB/s |\n|---|---:|---:|")
     for name, (_, size) in cases.items():

@@ -45,6 +45,21 @@ def median_seconds(fn, warmup=3, repeats=10):
     return statistics.median(times)
 
 
+def best_interleaved(functions, repeats, per_call=1):
+    """`{name: best seconds per unit}` of each `fn()` in `functions`, called in turn `repeats` times.
+
+    Interleaving the calls lets the machine's drift hit every function alike; `fn` must block until
+    done (and be compiled already); `per_call` is how many units (steps) one call runs.
+    """
+    best = dict.fromkeys(functions, float("inf"))
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / per_call)
+    return best
+
+
 def cpu():
     """The CPU model, core count and the flags that pick kernels (AVX2, AVX-512, AVX-512 BF16, AMX)."""
     model, flags = platform.processor() or platform.machine(), set()

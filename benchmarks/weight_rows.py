@@ -24,7 +24,6 @@ its loop reads float32 copies), best of `--repeats` series, the machine first.
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -42,7 +41,7 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    from timing import cpu
+    from timing import best_interleaved, cpu
 
     rng = np.random.default_rng(0)
     shapes = [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)] * LAYERS
@@ -92,12 +91,8 @@ def main():
     compiled = {name: loop(product) for name, (product, _) in forms.items()}
     for run in compiled.values():
         run(x).numpy()
-    best = dict.fromkeys(forms, float("inf"))
-    for _ in range(args.repeats):
-        for name, run in compiled.items():
-            start = time.perf_counter()
-            run(x).numpy()
-            best[name] = min(best[name], (time.perf_counter() - start) / args.steps)
+    best = best_interleaved({name: lambda run=run: run(x).numpy() for name, run in compiled.items()}, args.repeats,
+                            per_call=args.steps)
     elements = sum(k * n for k, n in shapes)
     print(f"machine: {cpu()}")
     print(f"{LAYERS} x (768 x 3072, 3072 x 768), one row, {args.steps} loop steps per call, best of {args.repeats}")
