@@ -73,10 +73,9 @@ def main():
             return run
 
         query = tf.constant(rng.standard_normal((batch, 1, HEADS, HEAD_DIM)).astype("float32"))
+        both = tf.function(lambda q: (library(q, 0), head_major(q, 0)), jit_compile=True)
+        np.testing.assert_allclose(*both(query), rtol=1e-4, atol=1e-5)  # the same attention, one layer
         forms = {"library": loop(library), "head-major": loop(head_major)}
-        one_step = {name: tf.function(lambda q, f=f: f(q, 0), jit_compile=True) for name, f in
-                    (("library", library), ("head-major", head_major))}
-        np.testing.assert_allclose(one_step["library"](query), one_step["head-major"](query), rtol=1e-4, atol=1e-5)
         for run in forms.values():
             run(query).numpy()
         best = best_interleaved({name: lambda run=run: run(query).numpy() for name, run in forms.items()}, args.repeats,

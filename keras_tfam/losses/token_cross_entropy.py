@@ -1,9 +1,10 @@
 """The language-model loss in one pass over the logits, with its gradient written in their dtype."""
 
 import keras
-import numpy as np
 from keras import ops
 from keras.src.backend import set_keras_mask  # what Keras' own losses mark ignored positions with
+
+from keras_tfam.utils import is_integer
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -56,7 +57,7 @@ class TokenCrossEntropy(keras.losses.Loss):
     """
 
     def __init__(self, name="token_cross_entropy", reduction="sum_over_batch_size", dtype=None, ignore_class=None):
-        if ignore_class is not None and (isinstance(ignore_class, bool) or not isinstance(ignore_class, (int, np.integer))):
+        if ignore_class is not None and not is_integer(ignore_class):
             raise ValueError(f"`ignore_class` must be an int target id or None. Received: ignore_class={ignore_class!r}")
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.ignore_class = None if ignore_class is None else int(ignore_class)
