@@ -7,6 +7,25 @@ import numpy as np
 from keras import ops
 
 
+class FreesDeletedVariables:
+    """Mixed into a layer before its Keras class: deleting a variable attribute, as `quantize` does with the
+    float kernel, untracks it as Keras does, without the full `gc.collect()` Keras runs per deleted variable.
+
+    A variable is in no reference cycle: its buffer is freed as its last reference goes, on TensorFlow and
+    JAX alike (tests/layers/core/test_dense.py checks it), so the collection only costs time, a pass over
+    every object of the process: 0.2 s each with TensorFlow loaded, once per layer quantized (73 times for
+    GPT-2 small: 15 s of a 16 s `quantize("int8")`).
+    """
+
+    def __delattr__(self, name):
+        value = getattr(self, name, None)
+        if isinstance(value, keras.Variable):
+            self._untrack_variable(value)
+            super(keras.layers.Layer, self).__delattr__(name)  # `Layer.__delattr__`, less its collection
+        else:
+            super().__delattr__(name)
+
+
 def is_integer(value):
     """Whether `value` is an integer of any integer type: a Python int or a NumPy integer, not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

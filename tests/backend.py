@@ -49,6 +49,18 @@ def compiled(fn):
     return fn
 
 
+def jitted_on_jax(fn):
+    """`fn` jitted on JAX, whose eager mode compiles every op anew for each new shape (hundreds of small
+    programs for a tiny GPT-2's decoding steps, where one program a shape serves); unchanged elsewhere,
+    whose eager kernels run directly. For a stateless function of a few shapes called many times, as the
+    generator's compiled steps are (weights read inside it are constants of the program)."""
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(fn)
+    return fn
+
+
 def optimized_hlo(layer, inputs, **kwargs):
     """The text of the HLO module XLA compiles `layer(inputs, **kwargs)` to, after its optimizations.
 

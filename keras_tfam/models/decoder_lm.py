@@ -13,6 +13,7 @@ from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
 from keras_tfam.layers.attention.registry import ATTENTIONS, make_attention
 from keras_tfam.layers.blocks.feed_forward import ACTIVATIONS
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
+from keras_tfam.layers.core.dense import Dense
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import NORMS, check_norm, get_norm
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
@@ -286,7 +287,8 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         self.final_norm = get_norm(norm, norm_epsilon, dtype=dtype, name="final_norm")
         self.output_head = None
         if not tie_embeddings:
-            self.output_head = keras.layers.Dense(
+            # The library's `Dense`: decoding one sequence multiplies by an int8 head one byte per weight.
+            self.output_head = Dense(
                 vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="output_head"
             )
 

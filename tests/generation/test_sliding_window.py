@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from backend import forward
+from backend import forward, jitted_on_jax
 
 from keras_tfam.generation import windowed_logits
 from keras_tfam.models import GPT2LM
@@ -23,14 +23,18 @@ def tiny(**options):
 
 def masked_full_logits(model, tokens):
     """One pass over the whole sequence, each attention restricted to the last WINDOW positions by a dense mask."""
-    length = tokens.shape[1]
-    hidden = model.embed(tokens, 0)
-    for block in model.transformer_blocks:
-        if model.attention == "linear":  # no attention_mask argument: the layer's windowed form
-            hidden = block(hidden, self_attention_window=WINDOW)
-        else:
-            hidden = block(hidden, decoder_attention_mask=sliding_window_mask(length, window=WINDOW))
-    return keras.ops.convert_to_numpy(model.logits(model.final_norm(hidden)))
+
+    @jitted_on_jax
+    def logits(tokens):
+        hidden = model.embed(tokens, 0)
+        for block in model.transformer_blocks:
+            if model.attention == "linear":  # no attention_mask argument: the layer's windowed form
+                hidden = block(hidden, self_attention_window=WINDOW)
+            else:
+                hidden = block(hidden, decoder_attention_mask=sliding_window_mask(tokens.shape[1], window=WINDOW))
+        return model.logits(model.final_norm(hidden))
+
+    return keras.ops.convert_to_numpy(logits(tokens))
 
 
 def cropped_logits(model, tokens):
@@ -79,8 +83,9 @@ def test_ring_cache_decoding_equals_the_windowed_full_pass(options):
     cache = model.init_cache(2, tokens.shape[1], window=WINDOW)
     chunks = [(0, 3), (3, WINDOW), (WINDOW, WINDOW + 1)] + [(t, t + 1) for t in range(WINDOW + 1, 2 * WINDOW)]
     chunks += [(2 * WINDOW, 2 * WINDOW + 6), (2 * WINDOW + 6, tokens.shape[1])]
+    step = jitted_on_jax(lambda tokens, cache, start: model.call_with_cache(tokens, cache, start, window=WINDOW))
     for start, stop in chunks:
-        logits, cache, _ = model.call_with_cache(tokens[:, start:stop], cache, start, window=WINDOW)
+        logits, cache, _ = step(tokens[:, start:stop], cache, start)
         np.testing.assert_allclose(logits, expected[:, start:stop], atol=2e-5, err_msg=f"positions {start}..{stop}")
     assert all(keras.ops.shape(layer)[2] == WINDOW for layer in cache if len(keras.ops.shape(layer)) == 5)
 

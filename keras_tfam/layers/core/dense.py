@@ -5,11 +5,11 @@ import numpy as np
 from keras import ops
 from keras import quantizers
 
-from keras_tfam.utils import int8_rows_product, is_single_row, takes_int8_rows_product
+from keras_tfam.utils import FreesDeletedVariables, int8_rows_product, is_single_row, takes_int8_rows_product
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class Dense(keras.layers.Dense):
+class Dense(FreesDeletedVariables, keras.layers.Dense):
     """Keras' `Dense` layer, whose one-row products stay fast on a CPU, in float32 and in int8.
 
     Decoding one sequence multiplies a single row by every weight matrix, a

@@ -4,11 +4,17 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.utils import check_positive_int, int8_rows_product, is_single_row, takes_int8_rows_product
+from keras_tfam.utils import (
+    FreesDeletedVariables,
+    check_positive_int,
+    int8_rows_product,
+    is_single_row,
+    takes_int8_rows_product,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class TiedEmbedding(keras.layers.ReversibleEmbedding):
+class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
     """Embeds token ids, and projects hidden states back onto the vocabulary.
 
     Weight tying (Press & Wolf 2017, as in GPT-2): one `(V, D)` matrix `E`

@@ -1,4 +1,6 @@
+import gc
 import re
+import weakref
 from functools import partial
 
 import keras
@@ -7,7 +9,7 @@ import pytest
 from backend import BACKEND, compiled, optimized_hlo
 from harness import LayerHarness
 
-from keras_tfam.layers import Dense
+from keras_tfam.layers import Dense, TiedEmbedding
 
 rng = np.random.default_rng(0)
 
@@ -169,3 +171,18 @@ def test_lora_layers_take_keras_paths():
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(theirs(x)), rtol=1e-6, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("layer", [partial(Dense, 6), partial(TiedEmbedding, 11, 8)], ids=["Dense", "TiedEmbedding"])
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantize_frees_the_float_weights_without_a_collection(layer, mode, monkeypatch):
+    """Keras runs `gc.collect()` per deleted variable; the float weights need none to be freed (no cycle)."""
+    layer = layer()
+    layer.build((None, 8))
+    float_weights = weakref.ref(layer.trainable_weights[0])
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(args))
+    layer.quantize(mode)
+    assert float_weights() is None and collections == []
+    assert all(w is not float_weights() for w in layer.weights)
+    assert layer.quantization_mode == mode
