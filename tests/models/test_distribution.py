@@ -68,7 +68,8 @@ def test_model_and_data_parallel_training_equal_one_device():
     environment = {
         **os.environ,
         "KERAS_BACKEND": "jax",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        # The suite's compiler flags (scripts/test.sh), and two host devices.
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip(),
         "TF_CPP_MIN_LOG_LEVEL": "3",
     }
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=environment, capture_output=True, text=True, timeout=600)

@@ -41,20 +41,23 @@ def test_beam_search_finds_the_best_sequence():
     source = np.array([[3, 3, 2], [2, 3, 0]], np.int32)
     found = model.generate(source, BOS, EOS, max_length=3, beam_size=16, length_penalty=0.0)
 
-    def log_prob(row, sequence):
-        target = np.array([[BOS, *sequence[:-1]]], np.int32)
-        logits = np.asarray(model({"source": source[row : row + 1], "target": target}), np.float64)[0]
+    def log_probs(row, sequences):
+        """The log-probability of each sequence (one length) given source `row`: one teacher-forced pass."""
+        sequences = np.array(sequences, np.int32)
+        targets = np.concatenate([np.full((len(sequences), 1), BOS, np.int32), sequences[:, :-1]], axis=1)
+        sources = np.repeat(source[row : row + 1], len(sequences), axis=0)
+        logits = np.asarray(model({"source": sources, "target": targets}), np.float64)
         log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-        return sum(log_probs[i, token] for i, token in enumerate(sequence))
+        return np.take_along_axis(log_probs, sequences[..., None], axis=-1)[..., 0].sum(-1)
 
     for row in range(2):
         candidates = []
         for length in range(1, 4):
-            for sequence in itertools.product(range(4), repeat=length):
-                ends_early = EOS in sequence[:-1]
-                if ends_early or (length < 3 and sequence[-1] != EOS):
-                    continue
-                candidates.append((log_prob(row, sequence), sequence))
+            sequences = [
+                sequence for sequence in itertools.product(range(4), repeat=length)
+                if EOS not in sequence[:-1] and (length == 3 or sequence[-1] == EOS)  # ends once, or is cut at 3
+            ]
+            candidates += zip(log_probs(row, sequences), sequences)
         best = max(candidates)[1]
         assert tuple(found[row][: len(best)]) == best
         assert np.all(found[row][len(best) :] == PAD)
