@@ -13,6 +13,13 @@ tensorflow_only = pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow
 CHEAP_LOOP = {"jit_compile": BACKEND == "jax"}
 
 
+def build_optimizer(model):
+    """Builds a compiled `keras.Model`'s optimizer over its trainable variables before `fit`, as the library's
+    models do (`keras_tfam.models.fit_traces_once`): Keras' TensorFlow trainer would build it inside the first
+    trace of the train step and trace the step a second time. Same variables, same training."""
+    model.optimizer.build(model.trainable_variables)
+
+
 def gradients(fn, *inputs):
     """NumPy gradients of the scalar `fn(*inputs)` with respect to each input."""
     if BACKEND == "tensorflow":

@@ -15,6 +15,7 @@ name -> NumPy array. pytest then runs, for that layer:
 
 import keras
 import numpy as np
+from backend import build_optimizer
 
 
 def as_numpy(x):
@@ -81,6 +82,7 @@ class LayerHarness:
         # builds C++ for each new model (30 to 70 s a layer on 2 cores: the whole harness would take hours);
         # there the step runs as Keras runs it by default on PyTorch, eagerly.
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=keras.config.backend() != "torch")
+        build_optimizer(model)  # one trace of the step, not two
         before = [as_numpy(w) for w in model.trainable_weights]
         history = model.fit(inputs, target, batch_size=len(target), epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][0])

@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+from backend import build_optimizer
 from block_reference import encoder_block
 from harness import LayerHarness
 from reference import sinusoidal_table
@@ -122,12 +123,14 @@ def test_positions_halt_later_where_the_task_is_harder():
     # epochs); then ACT trains too, and the easy positions learn to stop early.
     halting.halting_unit.trainable = False
     model.compile(keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    build_optimizer(model)
     for _ in range(15):
         model.fit([tokens, hard], targets, batch_size=64, epochs=1, verbose=0)
         if accuracy() > 0.97:
             break
     halting.halting_unit.trainable = True
     model.compile(keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    build_optimizer(model)
     model.fit([tokens, hard], targets, batch_size=64, epochs=3, verbose=0)
 
     assert accuracy() > 0.95

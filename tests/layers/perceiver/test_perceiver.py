@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+from backend import build_optimizer
 from harness import LayerHarness
 from reference import dense, gelu, layer_norm, multi_head_attention
 
@@ -82,6 +83,7 @@ def test_perceiver_io_learns_a_set_majority():
     model = keras.Model([values, mask], output)
     model.compile(keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(2e-3, 1024)), "binary_crossentropy",
                   metrics=["accuracy"], jit_compile=True)
+    build_optimizer(model)
     x, m, y = sets(8192)
     model.fit([x, m], y, batch_size=64, epochs=8, verbose=0)
     x, m, y = sets(2048)

@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+from backend import build_optimizer
 from harness import LayerHarness
 from reference import dense, layer_norm, multi_head_attention
 
@@ -97,6 +98,7 @@ def test_set_transformer_learns_the_maximum_of_a_set():
     output = keras.layers.Dense(1)(keras.layers.Flatten()(pooled))
     model = keras.Model([values, mask], output)
     model.compile(keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, 1024)), "mae", jit_compile=True)
+    build_optimizer(model)
     x, m, y = sets(8192)
     model.fit([x, m], y, batch_size=64, epochs=8, verbose=0)
     x, m, y = sets(1024)
