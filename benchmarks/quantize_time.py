@@ -1,0 +1,90 @@
+"""How long `model.quantize("int8")` takes on GPT-2 small: ours, ours with Keras' collection per deleted
+variable, and keras-hub's GPT2CausalLM.
+
+    python benchmarks/quantize_time.py [--repeats 3]
+
+Keras' `Layer.__delattr__` runs a full `gc.collect()` each time a variable attribute is deleted, and
+quantizing a layer deletes its float kernel: one pass over every object of the process per layer (73 for
+GPT-2 small), each longer the more the process holds (TensorFlow, the model). The library's `Dense` and
+`TiedEmbedding` untrack the variable as Keras does without the collection (`FreesDeletedVariables`):
+a variable is in no reference cycle, its buffer is freed when its last reference goes.
+
+Each case in a fresh process that imports the same modules and builds the same random GPT-2 small
+(12 layers, width 768, vocabulary 50257, 1024 positions), then times `quantize("int8")` alone:
+
+- `keras_tfam`: the library's GPT2LM;
+- `keras_tfam, Keras' collection`: the same, with `Layer.__delattr__` (and its collection) restored;
+- `keras-hub`: keras_hub.models.GPT2CausalLM over a GPT2Backbone of the same shape.
+
+It prints the machine, then seconds per quantize (best of `--repeats` processes) and the ratios.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+CASES = ("keras_tfam", "keras_tfam, Keras' collection", "keras-hub")
+SHAPE = {"vocabulary_size": 50257, "num_layers": 12, "num_heads": 12, "hidden_dim": 768}
+
+
+def quantize_seconds(case):
+    import keras
+    import keras_hub
+
+    from keras_tfam.models import GPT2LM
+    from keras_tfam.utils import FreesDeletedVariables
+
+    if case == "keras-hub":
+        backbone = keras_hub.models.GPT2Backbone(
+            **SHAPE, intermediate_dim=4 * SHAPE["hidden_dim"], max_sequence_length=1024, dropout=0.0
+        )
+        model = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+        model({"token_ids": keras.ops.zeros((1, 4), "int32"), "padding_mask": keras.ops.ones((1, 4), "bool")})
+    else:
+        if case == "keras_tfam, Keras' collection":
+            FreesDeletedVariables.__delattr__ = keras.layers.Layer.__delattr__
+        model = GPT2LM(**SHAPE, max_sequence_length=1024)
+        model(keras.ops.zeros((1, 4), "int32"))
+    start = time.perf_counter()
+    model.quantize("int8")
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per case; the best counts")
+    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # one measurement, in this process
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be a positive integer. Received: {args.repeats}")
+    if args.case:
+        import warnings
+
+        warnings.simplefilter("ignore")  # Keras warns for each layer without a `quantize` (norms, dropout)
+        print(json.dumps({"seconds": quantize_seconds(args.case)}))
+        return
+    from timing import cpu
+
+    best = {}
+    for _ in range(args.repeats):
+        for case in CASES:  # interleaved: the machine's drift hits every case alike
+            result = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True, text=True)
+            if result.returncode != 0:
+                sys.exit(f"quantize_time.py: the case {case!r} failed:\n{result.stderr[-2000:]}")
+            seconds = json.loads(result.stdout.strip().splitlines()[-1])["seconds"]
+            best[case] = min(best.get(case, seconds), seconds)
+    print(f"machine: {cpu()}")
+    print(f"GPT-2 small (random), model.quantize('int8'), best of {args.repeats} processes per case")
+    print("| model | seconds | vs keras_tfam |")
+    print("|---|---:|---:|")
+    for case in CASES:
+        print(f"| {case} | {best[case]:.2f} | {best[case] / best['keras_tfam']:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
