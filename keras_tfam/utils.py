@@ -1,4 +1,5 @@
-"""Small helpers shared by the layers and models: argument checks, model configs."""
+"""Small helpers shared by the layers and models: argument checks, model configs, the int8 row product,
+the deletion of a variable without a collection."""
 
 import math
 
