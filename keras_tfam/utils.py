@@ -12,10 +12,10 @@ class FreesDeletedVariables:
     """Mixed into a layer before its Keras class: deleting a variable attribute, as `quantize` does with the
     float kernel, untracks it as Keras does, without the full `gc.collect()` Keras runs per deleted variable.
 
-    A variable is in no reference cycle: its buffer is freed as its last reference goes, on TensorFlow and
-    JAX alike (tests/layers/core/test_dense.py checks it), so the collection only costs time, a pass over
-    every object of the process: 0.2 s each with TensorFlow loaded, once per layer quantized (73 times for
-    GPT-2 small: 15 s of a 16 s `quantize("int8")`).
+    A variable is in no reference cycle: its buffer is freed as its last reference goes, on TensorFlow,
+    JAX and PyTorch alike (tests/layers/core/test_dense.py checks it), so the collection only costs
+    time, a pass over every object of the process: 0.2 s each with TensorFlow loaded, once per layer
+    quantized (73 times for GPT-2 small: 15 s of a 16 s `quantize("int8")`).
     """
 
     def __delattr__(self, name):

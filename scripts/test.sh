@@ -32,7 +32,8 @@ XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist load
   tests/test_backend_neutral.py
 echo "== the layer and decoding-model harnesses and the losses on PyTorch"
 # Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
-# steps, greedy == argmax) and the losses' custom gradients, eagerly: Keras' default on PyTorch
-# (tests/harness.py says why).
+# steps, greedy == argmax), the losses' custom gradients and quantize's freed float weights, eagerly:
+# Keras' default on PyTorch (tests/harness.py says why).
 KERAS_BACKEND=torch .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" \
-  -k "Harness or test_decoding_models or test_token_cross_entropy" tests/layers tests/models/test_decoding_models.py tests/losses
+  -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees" tests/layers \
+  tests/models/test_decoding_models.py tests/losses

@@ -20,6 +20,7 @@ EVERY_BACKEND_FILES = (
     "tests/convert/test_huggingface_llama.py",
     "tests/models/test_keras_export.py",
     "tests/test_backend_neutral.py",
+    "tests/layers/core/test_dense.py::test_quantize_frees_the_float_weights_without_a_collection",
 )
 
 
