@@ -22,8 +22,6 @@ It prints the machine, then seconds per quantize (best of `--repeats` processes)
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -68,16 +66,10 @@ def main():
         warnings.simplefilter("ignore")  # Keras warns for each layer without a `quantize` (norms, dropout)
         print(json.dumps({"seconds": quantize_seconds(args.case)}))
         return
-    from timing import cpu
+    from timing import cpu, interleaved_processes
 
-    best = {}
-    for _ in range(args.repeats):
-        for case in CASES:  # interleaved: the machine's drift hits every case alike
-            result = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True, text=True)
-            if result.returncode != 0:
-                sys.exit(f"quantize_time.py: the case {case!r} failed:\n{result.stderr[-2000:]}")
-            seconds = json.loads(result.stdout.strip().splitlines()[-1])["seconds"]
-            best[case] = min(best.get(case, seconds), seconds)
+    runs = interleaved_processes(__file__, CASES, args.repeats)
+    best = {case: min(run["seconds"] for run in results) for case, results in runs.items()}
     print(f"machine: {cpu()}")
     print(f"GPT-2 small (random), model.quantize('int8'), best of {args.repeats} processes per case")
     print("| model | seconds | vs keras_tfam |")

@@ -22,6 +22,16 @@ def run_json(script, *arguments, cwd=None, python=None, timeout=None):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def interleaved_processes(script, cases, repeats, *arguments):
+    """`{case: [result, ...]}`: `script --case CASE *arguments` run `repeats` times per case, each in a fresh
+    process (`run_json`), the cases alternating so that the machine's drift hits every case alike."""
+    results = {case: [] for case in cases}
+    for _ in range(repeats):
+        for case in cases:
+            results[case].append(run_json(script, "--case", case, *arguments))
+    return results
+
+
 def forwarded_options(args, *skip):
     """`args` (an argparse namespace) as command-line options for a script's own engine processes:
     `--name=value` for each set option, `--name` for a switch that is on; none of `skip` (names)."""

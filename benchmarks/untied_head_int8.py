@@ -16,8 +16,6 @@ must agree.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -67,18 +65,11 @@ def main():
         rate, last = tokens_per_second(args.case, args.tokens)
         print(json.dumps({"tokens_per_second": rate, "last_tokens": last}))
         return
-    from timing import cpu
+    from timing import cpu, interleaved_processes
 
-    best, last = {}, {}
-    for _ in range(args.repeats):
-        for case in CASES:
-            command = [sys.executable, __file__, "--case", case, "--tokens", str(args.tokens)]
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                sys.exit(f"untied_head_int8.py: the case {case!r} failed:\n{result.stderr[-2000:]}")
-            measured = json.loads(result.stdout.strip().splitlines()[-1])
-            best[case] = max(best.get(case, 0.0), measured["tokens_per_second"])
-            last[case] = measured["last_tokens"]
+    runs = interleaved_processes(__file__, CASES, args.repeats, "--tokens", args.tokens)
+    best = {case: max(run["tokens_per_second"] for run in results) for case, results in runs.items()}
+    last = {case: results[-1]["last_tokens"] for case, results in runs.items()}
     print(f"machine: {cpu()}")
     print(f"Llama-shaped random model, int8, batch 1, {args.tokens} greedy tokens after 32, best of {args.repeats}")
     print("| untied head | tok/s | vs Keras' Dense | last tokens |")
