@@ -18,7 +18,9 @@
 - Across several devices on CPUs (MirroredStrategy, multi-worker): no XLA (its collectives are not
   there), float32.
 
-The choice and why are printed and written to the run's summary (`kernel_path`); an explicit
+On a CPU, XLA compiles for the vector width `keras_tfam.cpu` chose when the library was imported (512
+bits with AVX-512); the path records it (`xla_cpu_vector_width`). The choice and why are printed and
+written to the run's summary (`kernel_path`); an explicit
 `--jit on|off` or `--precision ...` is kept as given. A resumed run keeps the path it started with
 (`kernel_path.json` in the run directory), so its steps compute as before the interruption. Master
 weights, softmax, norms and the loss stay float32 under `mixed_bfloat16`, as Keras' mixed precision does.
@@ -27,34 +29,19 @@ The flags can be overridden with `TFAM_CPU_FLAGS` (space-separated `/proc/cpuinf
 the measured path on a machine without the units.
 """
 
-import os
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tfam.cpu import cpu_flags, xla_cpu_vector_width
 from keras_tfam.losses import TokenCrossEntropy
 
 # Flags of CPUs with bfloat16 matrix units: AMX tiles, or AVX-512 BF16 dot products.
 BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 # bfloat16 is chosen only when its step is this much faster than float32's.
 BFLOAT16_MARGIN = 1.15
-
-
-def cpu_flags():
-    """The CPU's feature flags (`/proc/cpuinfo`, or `TFAM_CPU_FLAGS`), a set; empty where unknown."""
-    override = os.environ.get("TFAM_CPU_FLAGS")
-    if override is not None:
-        return set(override.split())
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def training_step_seconds(build_model, build_optimizer, batch_size, length, vocabulary_size, jit_compile, policy,
@@ -149,6 +136,16 @@ def _fill(chosen, jit_compile, precision, reason):
     }
 
 
+def with_vector_width(path):
+    """`path` with the vector width XLA compiles for on this CPU (`keras_tfam.cpu`), where the step runs on one."""
+    path = {key: value for key, value in path.items() if key != "xla_cpu_vector_width"}
+    if path["jit_compile"] and not tf.config.list_logical_devices("GPU"):
+        path["xla_cpu_vector_width"] = int(xla_cpu_vector_width())
+    return path
+
+
 def describe(path):
-    """One line for the run's output: `kernel path: XLA, float32 (why)`."""
-    return f"kernel path: {'XLA' if path['jit_compile'] else 'TensorFlow graph (oneDNN)'}, {path['precision']} ({path['reason']})"
+    """One line for the run's output: `kernel path: XLA, float32 (why)`, with XLA's CPU vector width where known."""
+    vectors = f", {path['xla_cpu_vector_width']}-bit vectors" if path.get("xla_cpu_vector_width") else ""
+    kind = "XLA" if path["jit_compile"] else "TensorFlow graph (oneDNN)"
+    return f"kernel path: {kind}{vectors}, {path['precision']} ({path['reason']})"

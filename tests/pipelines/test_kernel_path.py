@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_tfam.models import GPT2LM
 from pipelines.config import TrainConfig
-from pipelines.kernel_path import choose_kernel_path, cpu_flags, describe, training_step_seconds
+from pipelines.kernel_path import choose_kernel_path, cpu_flags, describe, training_step_seconds, with_vector_width
 from pipelines.training import KERNEL_PATH_FILE, _kernel_path
 
 ONE_DEVICE = tf.distribute.get_strategy()
@@ -121,3 +121,15 @@ def test_a_resumed_run_keeps_the_path_it_started_with(tmp_path, monkeypatch, cap
         path = _kernel_path(str(tmp_path), config, ONE_DEVICE, 64)
         assert (path["jit_compile"], path["precision"]) == (True, "float32")
         assert f"{KERNEL_PATH_FILE} is damaged: choosing the kernel path again" in capsys.readouterr().err
+
+
+def test_an_xla_path_on_a_cpu_records_the_vector_width_in_force(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_prefer_vector_width=512")
+    path = with_vector_width(choose_kernel_path("on", "float32", ONE_DEVICE, not_measured))
+    assert path["xla_cpu_vector_width"] == 512
+    assert describe(path).startswith("kernel path: XLA, 512-bit vectors, float32 (")
+    # A resumed run's record is brought up to this process; the graph path has no XLA vectors.
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert with_vector_width(path)["xla_cpu_vector_width"] == 256
+    graph = with_vector_width({**path, "jit_compile": False})
+    assert "xla_cpu_vector_width" not in graph and "vectors" not in describe(graph)

@@ -1,0 +1,69 @@
+"""The vector width XLA compiles for on this CPU: chosen from its flags at import, kept where the user set
+one, and taken by XLA itself (its dumped debug options). Whether it is faster is the benchmarks' business."""
+
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+
+from keras_tfam.cpu import cpu_flags, xla_cpu_vector_width, xla_flags_with_vector_width
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+@pytest.mark.parametrize(
+    "xla_flags, flags, expected",
+    [
+        ("", {"avx2", "avx512f"}, "--xla_cpu_prefer_vector_width=512"),
+        ("--xla_dump_to=/tmp/d", {"avx512f"}, "--xla_dump_to=/tmp/d --xla_cpu_prefer_vector_width=512"),
+        ("", {"avx2", "fma"}, ""),  # no AVX-512: XLA's default
+        ("--xla_cpu_prefer_vector_width=256", {"avx512f"}, "--xla_cpu_prefer_vector_width=256"),  # the user's
+        ("--xla_cpu_prefer_vector_width=512", {"avx2"}, "--xla_cpu_prefer_vector_width=512"),
+    ],
+)
+def test_512_bit_vectors_are_added_only_with_avx512_and_no_width_set(xla_flags, flags, expected):
+    assert xla_flags_with_vector_width(xla_flags, flags) == expected
+
+
+def test_the_width_in_force_is_read_back(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/d --xla_cpu_prefer_vector_width=512")
+    assert xla_cpu_vector_width() == "512"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/d")
+    assert xla_cpu_vector_width() == "256"
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "sse4_2 avx512f")
+    assert cpu_flags() == {"sse4_2", "avx512f"}
+
+
+@pytest.mark.skipif(keras.config.backend() not in ("tensorflow", "jax"), reason="XLA compiles on TensorFlow and JAX")
+def test_importing_the_library_sets_the_width_xla_compiles_with(tmp_path):
+    script = textwrap.dedent(
+        """
+        import keras_tfam, keras, numpy as np
+        if keras.config.backend() == "tensorflow":
+            import tensorflow as tf
+            tf.function(lambda x: x * 2.0, jit_compile=True)(np.ones(8, "float32"))
+        else:
+            import jax
+            jax.jit(lambda x: x * 2.0)(np.ones(8, "float32")).block_until_ready()
+        """
+    )
+    environment = {
+        **os.environ,
+        "TFAM_CPU_FLAGS": "avx2 avx512f",  # whatever this machine has
+        "XLA_FLAGS": f"--xla_dump_to={tmp_path}",
+        "KERAS_BACKEND": keras.config.backend(),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO, env=environment
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    options = glob.glob(os.path.join(tmp_path, "*debug_options"))
+    assert options, os.listdir(tmp_path)
+    for path in options:
+        with open(path) as f:
+            assert "xla_cpu_prefer_vector_width: 512" in f.read()
