@@ -15,7 +15,9 @@ hits every form alike:
 
 - `float32`: the float32 product of `(K, N)` weights (what float32 decoding runs);
 - `bfloat16, Keras' layout`: bfloat16 weights `(K, N)` and bfloat16 compute (what `with_dtype` runs);
-- `bfloat16 rows` / `float16 rows` / `int8 rows`: the narrow weights as rows, cast inside the loop.
+- `bfloat16 rows` / `float16 rows` / `int8 rows`: the narrow weights as rows, cast inside the loop;
+- `bfloat16 bits as rows`: bfloat16 rows kept as `uint16` and widened by a 16-bit shift, bitcast to
+  float32 (bfloat16 is float32's upper half), inside the loop.
 
 It prints milliseconds per step and the weight bytes read per second at each form's own width (the
 row forms are what a narrow path could read; `bfloat16, Keras' layout` is counted at two bytes though
@@ -59,6 +61,16 @@ def main():
         product = tf.matmul(vector, tf.cast(rows + zero, "float32"), transpose_b=True)
         return product if scale is None else product * scale
 
+    def bits_product(x, bits):
+        vector = x / (1 + x * 0)
+        zero = tf.cast(vector[0, 0] * 0, tf.uint16)
+        wide = tf.bitwise.left_shift(tf.cast(bits + zero, tf.uint32), 16)  # exact: bfloat16's 16 bits, then zeros
+        return tf.matmul(vector, tf.bitcast(wide, tf.float32), transpose_b=True)
+
+    def as_bits():
+        weights = [tf.Variable(tf.bitcast(tf.cast(np.ascontiguousarray(k.T), "bfloat16"), tf.uint16)) for k in kernels]
+        return lambda x, i: bits_product(x, weights[i])
+
     def plain(dtype):
         weights = [tf.Variable(tf.cast(k, dtype)) for k in kernels]  # variables: XLA folds no cast of them
         return lambda x, i: tf.cast(tf.matmul(tf.cast(x, dtype), weights[i]), "float32")
@@ -71,6 +83,7 @@ def main():
         "float32": (plain("float32"), 4),
         "bfloat16, Keras' layout": (plain("bfloat16"), 2),
         "bfloat16 rows": (as_rows("bfloat16"), 2),
+        "bfloat16 bits as rows": (as_bits(), 2),
         "float16 rows": (as_rows("float16"), 2),
         "int8 rows": (as_rows("int8"), 1),
     }

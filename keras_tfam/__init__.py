@@ -4,20 +4,13 @@ The library is backend-neutral (`keras.ops` only): it runs on TensorFlow,
 JAX and PyTorch. TensorFlow is the default: importing keras_tfam before
 Keras sets `KERAS_BACKEND=tensorflow` unless the user chose another backend.
 The pipelines (`pipelines/`) need TensorFlow.
-
-On a CPU with AVX-512, importing keras_tfam also asks XLA for 512-bit vectors
-(`keras_tfam.cpu`), unless `XLA_FLAGS` already names a width.
 """
 
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_tfam import cpu  # noqa: E402
-
-cpu.prefer_wide_vectors()  # before anything compiles: XLA reads XLA_FLAGS once
-
-from keras_tfam import generation, layers, losses, models, ops, retrieval  # noqa: E402
+from keras_tfam import cpu, generation, layers, losses, models, ops, retrieval  # noqa: E402
 from keras_tfam import convert  # noqa: E402  (after the models it fills: registers their loaders)
 
 __version__ = "0.2.0"

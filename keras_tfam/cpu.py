@@ -2,19 +2,26 @@
 
 XLA's CPU backend prefers 256-bit vectors on x86 (`--xla_cpu_prefer_vector_width`,
 default 256), a default made for the Intel CPUs whose clocks drop under 512-bit
-instructions. On a CPU with AVX-512, importing keras_tfam adds
-`--xla_cpu_prefer_vector_width=512` to `XLA_FLAGS`, for TensorFlow's XLA and
-JAX's alike. The product that decodes int8 weights one token at a time
-converts each weight as it reads it, and twice as many conversions per
-instruction make GPT-2 small's int8 decoding at batch 1 about 1.2x faster on a
-2-core Xeon with AVX-512 (BENCHMARKS.md, "Wider vectors"); float32 decoding
-moves a little, and training not beyond the machine's noise.
+instructions. On a CPU with AVX-512, `prefer_wide_vectors()` asks for 512: the
+product that decodes int8 weights one token at a time converts each weight as
+it reads it, and at 512 bits each instruction converts twice as many. Measured
+on a 2-core Xeon with AVX-512 and AMX (BENCHMARKS.md, "Wider vectors"), GPT-2
+small's int8 decoding at batch 1 ran 1.07-1.25x faster, training did not move,
+and float32 decoding at batch 8 ran about 10% slower; so it is a choice for a
+process that decodes int8 weights one sequence at a time, not a default.
 
-`XLA_FLAGS` that already name a width are kept (`--xla_cpu_prefer_vector_width=256`
-keeps XLA's default). XLA reads `XLA_FLAGS` once, at its first compilation: a
-process that compiled with XLA before importing keras_tfam keeps what it had.
-`TFAM_CPU_FLAGS` (space-separated `/proc/cpuinfo` flags) stands in for the
-CPU's flags, to try a choice on another machine's features.
+XLA reads `XLA_FLAGS` once, at its first compilation, for TensorFlow's XLA and
+JAX's alike: call `prefer_wide_vectors()` before anything compiles (a process
+that compiled with XLA before keeps what it had). `XLA_FLAGS` that already name
+a width are kept. `TFAM_CPU_FLAGS` (space-separated `/proc/cpuinfo` flags)
+stands in for the CPU's flags, to try a choice on another machine's features.
+
+Examples:
+    >>> import keras_tfam
+    >>> keras_tfam.cpu.prefer_wide_vectors()  # first thing, on a CPU with AVX-512
+    True
+    >>> keras_tfam.cpu.xla_cpu_vector_width()
+    '512'
 """
 
 import os
@@ -58,11 +65,17 @@ def xla_flags_with_vector_width(xla_flags, flags):
 
 
 def prefer_wide_vectors():
-    """Adds 512-bit vectors to `XLA_FLAGS` on a CPU with AVX-512 (see the module); called on import."""
+    """Adds 512-bit vectors to `XLA_FLAGS` on a CPU with AVX-512, before anything compiles (see the module).
+
+    Returns:
+        Whether XLA will compile for 512-bit vectors: `False` without AVX-512,
+        or where `XLA_FLAGS` already names another width.
+    """
     current = os.environ.get("XLA_FLAGS", "")
     chosen = xla_flags_with_vector_width(current, cpu_flags())
     if chosen != current:
         os.environ["XLA_FLAGS"] = chosen
+    return xla_cpu_vector_width() == "512"
 
 
 def xla_cpu_vector_width():

@@ -18,9 +18,9 @@
 - Across several devices on CPUs (MirroredStrategy, multi-worker): no XLA (its collectives are not
   there), float32.
 
-On a CPU, XLA compiles for the vector width `keras_tfam.cpu` chose when the library was imported (512
-bits with AVX-512); the path records it (`xla_cpu_vector_width`). The choice and why are printed and
-written to the run's summary (`kernel_path`); an explicit
+On a CPU, an XLA path records the vector width XLA compiles for (`xla_cpu_vector_width`: 256 bits
+unless `XLA_FLAGS` names another, `keras_tfam.cpu`). The choice and why are printed and written to the
+run's summary (`kernel_path`); an explicit
 `--jit on|off` or `--precision ...` is kept as given. A resumed run keeps the path it started with
 (`kernel_path.json` in the run directory), so its steps compute as before the interruption. Master
 weights, softmax, norms and the loss stay float32 under `mixed_bfloat16`, as Keras' mixed precision does.

@@ -21,7 +21,7 @@ EVERY_BACKEND_FILES = (
     "tests/models/test_keras_export.py",
     "tests/test_backend_neutral.py",
     "tests/layers/core/test_dense.py::test_quantize_frees_the_float_weights_without_a_collection",
-    "tests/test_cpu.py::test_importing_the_library_sets_the_width_xla_compiles_with",
+    "tests/test_cpu.py::test_asking_for_wide_vectors_sets_the_width_xla_compiles_with",
 )
 
 

@@ -1,5 +1,6 @@
-"""The vector width XLA compiles for on this CPU: chosen from its flags at import, kept where the user set
-one, and taken by XLA itself (its dumped debug options). Whether it is faster is the benchmarks' business."""
+"""The vector width XLA compiles for on this CPU: 512 bits on request where the CPU has AVX-512, never on
+import alone, kept where the user set one, and taken by XLA itself (its dumped debug options). Whether it
+is faster is the benchmarks' business."""
 
 import glob
 import os
@@ -10,7 +11,7 @@ import textwrap
 import keras
 import pytest
 
-from keras_tfam.cpu import cpu_flags, xla_cpu_vector_width, xla_flags_with_vector_width
+from keras_tfam.cpu import cpu_flags, prefer_wide_vectors, xla_cpu_vector_width, xla_flags_with_vector_width
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -38,11 +39,24 @@ def test_the_width_in_force_is_read_back(monkeypatch):
     assert cpu_flags() == {"sse4_2", "avx512f"}
 
 
+def test_asking_for_wide_vectors_says_whether_xla_will_use_them(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_prefer_vector_width=256")
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2 avx512f")
+    assert prefer_wide_vectors() is False and os.environ["XLA_FLAGS"] == "--xla_cpu_prefer_vector_width=256"
+    monkeypatch.setenv("XLA_FLAGS", "")
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2")
+    assert prefer_wide_vectors() is False and os.environ["XLA_FLAGS"] == ""
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2 avx512f")
+    assert prefer_wide_vectors() is True and os.environ["XLA_FLAGS"] == "--xla_cpu_prefer_vector_width=512"
+
+
 @pytest.mark.skipif(keras.config.backend() not in ("tensorflow", "jax"), reason="XLA compiles on TensorFlow and JAX")
-def test_importing_the_library_sets_the_width_xla_compiles_with(tmp_path):
+def test_asking_for_wide_vectors_sets_the_width_xla_compiles_with(tmp_path):
     script = textwrap.dedent(
         """
-        import keras_tfam, keras, numpy as np
+        import os, keras_tfam, keras, numpy as np
+        assert "vector_width" not in os.environ["XLA_FLAGS"], os.environ["XLA_FLAGS"]  # not on import alone
+        assert keras_tfam.cpu.prefer_wide_vectors()
         if keras.config.backend() == "tensorflow":
             import tensorflow as tf
             tf.function(lambda x: x * 2.0, jit_compile=True)(np.ones(8, "float32"))
