@@ -32,6 +32,27 @@ def interleaved_processes(script, cases, repeats, *arguments):
     return results
 
 
+def case_arguments(description, cases, tokens):
+    """The options of a script that measures `cases` in fresh alternating processes (`interleaved_processes`):
+    `--repeats` (processes per case; the best counts), `--tokens` (new tokens per generation, default
+    `tokens`) and the hidden `--case` that one such process measures, both counts checked positive. In a
+    `--case` process, Keras' warning for each layer without a `quantize` (norms, dropout) is silenced."""
+    import argparse
+    import warnings
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=2, help="fresh processes per case; the best counts")
+    parser.add_argument("--tokens", type=int, default=tokens, help="new tokens per generation")
+    parser.add_argument("--case", choices=cases, help=argparse.SUPPRESS)  # one measurement, in this process
+    args = parser.parse_args()
+    for name in ("repeats", "tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
+    if args.case:
+        warnings.simplefilter("ignore")
+    return args
+
+
 def forwarded_options(args, *skip):
     """`args` (an argparse namespace) as command-line options for a script's own engine processes:
     `--name=value` for each set option, `--name` for a switch that is on; none of `skip` (names)."""

@@ -13,7 +13,6 @@ tokens/s (best of `--repeats` processes, each the best of 3 generations) and the
 must agree.
 """
 
-import argparse
 import json
 import os
 import time
@@ -50,23 +49,13 @@ def tokens_per_second(case, new_tokens):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="fresh processes per case; the best counts")
-    parser.add_argument("--tokens", type=int, default=64, help="new tokens per generation")
-    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # one measurement, in this process
-    args = parser.parse_args()
-    for name in ("repeats", "tokens"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
-    if args.case:
-        import warnings
+    from timing import case_arguments, cpu, interleaved_processes
 
-        warnings.simplefilter("ignore")  # Keras warns for each layer without a `quantize` (norms, dropout)
+    args = case_arguments(__doc__.splitlines()[0], CASES, tokens=64)
+    if args.case:
         rate, last = tokens_per_second(args.case, args.tokens)
         print(json.dumps({"tokens_per_second": rate, "last_tokens": last}))
         return
-    from timing import cpu, interleaved_processes
-
     runs = interleaved_processes(__file__, CASES, args.repeats, "--tokens", args.tokens)
     best = {case: max(run["tokens_per_second"] for run in results) for case, results in runs.items()}
     last = {case: results[-1]["last_tokens"] for case, results in runs.items()}

@@ -11,7 +11,6 @@ machine, then tokens/s (best of `--repeats` processes, each the best of 3 genera
 512 to 256 bits; the tokens of both widths must agree (it says where they do not).
 """
 
-import argparse
 import json
 import os
 import time
@@ -56,22 +55,12 @@ def tokens_per_second(width, new_tokens):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="fresh processes per case; the best counts")
-    parser.add_argument("--tokens", type=int, default=128, help="new tokens per generation")
-    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # one measurement, in this process
-    args = parser.parse_args()
-    for name in ("repeats", "tokens"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
-    if args.case:
-        import warnings
+    from timing import case_arguments, cpu, interleaved_processes
 
-        warnings.simplefilter("ignore")  # Keras warns for each layer without a `quantize` (norms, dropout)
+    args = case_arguments(__doc__.splitlines()[0], CASES, tokens=128)
+    if args.case:
         print(json.dumps(tokens_per_second(args.case, args.tokens)))
         return
-    from timing import cpu, interleaved_processes
-
     runs = interleaved_processes(__file__, CASES, args.repeats, "--tokens", args.tokens)
     print(f"machine: {cpu()}")
     print(f"GPT-2 small, random weights, {args.tokens} greedy tokens after 32, TensorFlow, best of {args.repeats}")

@@ -29,7 +29,7 @@ echo "== the library on the JAX backend"
 XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "every_backend and not training" \
   tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
-  tests/test_backend_neutral.py
+  tests/test_backend_neutral.py tests/test_cpu.py
 echo "== the layer and decoding-model harnesses and the losses on PyTorch"
 # Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
 # steps, greedy == argmax), the losses' custom gradients and quantize's freed float weights, eagerly:
