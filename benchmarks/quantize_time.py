@@ -19,7 +19,6 @@ Each case in a fresh process that imports the same modules and builds the same r
 It prints the machine, then seconds per quantize (best of `--repeats` processes) and the ratios.
 """
 
-import argparse
 import json
 import os
 import time
@@ -54,20 +53,12 @@ def quantize_seconds(case):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per case; the best counts")
-    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # one measurement, in this process
-    args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error(f"--repeats must be a positive integer. Received: {args.repeats}")
-    if args.case:
-        import warnings
+    from timing import case_arguments, cpu, interleaved_processes
 
-        warnings.simplefilter("ignore")  # Keras warns for each layer without a `quantize` (norms, dropout)
+    args = case_arguments(__doc__.splitlines()[0], CASES, repeats=3)
+    if args.case:
         print(json.dumps({"seconds": quantize_seconds(args.case)}))
         return
-    from timing import cpu, interleaved_processes
-
     runs = interleaved_processes(__file__, CASES, args.repeats)
     best = {case: min(run["seconds"] for run in results) for case, results in runs.items()}
     print(f"machine: {cpu()}")

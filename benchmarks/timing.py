@@ -32,20 +32,24 @@ def interleaved_processes(script, cases, repeats, *arguments):
     return results
 
 
-def case_arguments(description, cases, tokens):
+def case_arguments(description, cases, tokens=None, repeats=2):
     """The options of a script that measures `cases` in fresh alternating processes (`interleaved_processes`):
-    `--repeats` (processes per case; the best counts), `--tokens` (new tokens per generation, default
-    `tokens`) and the hidden `--case` that one such process measures, both counts checked positive. In a
-    `--case` process, Keras' warning for each layer without a `quantize` (norms, dropout) is silenced."""
+    `--repeats` (processes per case, default `repeats`; the best counts), `--tokens` (new tokens per
+    generation, default `tokens`; only where `tokens` is given) and the hidden `--case` that one such process
+    measures, the counts checked positive. In a `--case` process, Keras' warning for each layer without a
+    `quantize` (norms, dropout) is silenced."""
     import argparse
     import warnings
 
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--repeats", type=int, default=2, help="fresh processes per case; the best counts")
-    parser.add_argument("--tokens", type=int, default=tokens, help="new tokens per generation")
+    parser.add_argument("--repeats", type=int, default=repeats, help="fresh processes per case; the best counts")
+    counts = ["repeats"]
+    if tokens is not None:
+        parser.add_argument("--tokens", type=int, default=tokens, help="new tokens per generation")
+        counts.append("tokens")
     parser.add_argument("--case", choices=cases, help=argparse.SUPPRESS)  # one measurement, in this process
     args = parser.parse_args()
-    for name in ("repeats", "tokens"):
+    for name in counts:
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
     if args.case:
