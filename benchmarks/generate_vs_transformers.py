@@ -41,6 +41,7 @@ ENGINES = (
     "keras_tfam-float32", "keras_tfam-bfloat16", "keras_tfam-int8", "transformers-float32", "transformers-bfloat16",
     "onnxruntime-float32", "onnxruntime-int8", "llama.cpp-f32", "llama.cpp-f16", "llama.cpp-q8_0",
 )
+BF16_UNITS = ("avx512_bf16", "amx_bf16")
 VOCABULARY = 50257
 
 
@@ -270,6 +271,17 @@ def has_modules(python, *modules):
     return subprocess.run([python, "-c", check, *modules], capture_output=True).returncode == 0
 
 
+def default_engines(device):
+    """Every engine, less transformers' bfloat16 on a CPU without bfloat16 units (PyTorch emulates its products there:
+    more than 15 minutes for one run of that engine on a 2-core AVX2 EPYC, against about one for float32)."""
+    from timing import cpu_flags
+
+    if device != "cpu" or cpu_flags() & set(BF16_UNITS):
+        return list(ENGINES)
+    print(f"transformers-bfloat16: skipped (this CPU has none of {', '.join(BF16_UNITS)}; name it in --engines to run it)")
+    return [engine for engine in ENGINES if engine != "transformers-bfloat16"]
+
+
 def compare(args):
     from timing import cpu, run_json
 
@@ -283,7 +295,7 @@ def compare(args):
     ]
     versions = run_json(__file__, "--engine", "write", "--checkpoint", directory, python=peers)
     results = {}
-    for engine in args.engines:
+    for engine in args.engines or default_engines(args.device):
         family = engine.split("-")[0]
         python = sys.executable if family == "keras_tfam" else peers
         if family in needs and not has_modules(python, *needs[family]):
@@ -342,7 +354,8 @@ def main():
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--engines", nargs="+", choices=ENGINES,
+                        help="default: all, less transformers-bfloat16 on a CPU without bfloat16 units")
     parser.add_argument("--peers-python", help="the Python of the peers (default: this one)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="the peers' device; ours runs where its backend does (JAX on a GPU: KERAS_BACKEND=jax)")

@@ -95,16 +95,24 @@ def best_interleaved(functions, repeats, per_call=1):
     return best
 
 
+def cpu_flags():
+    """The CPU's feature flags from `/proc/cpuinfo`, a set (empty where unknown); read without importing TensorFlow."""
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    return set()
+
+
 def cpu():
     """The CPU model, core count and the flags that pick kernels (AVX2, AVX-512, AVX-512 BF16, AMX)."""
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags = platform.processor() or platform.machine(), cpu_flags()
     if os.path.isfile("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name") and model in (platform.processor(), platform.machine()):
                     model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
     present = " ".join(flag for flag in wanted if flag in flags) or "none of " + "/".join(wanted)
     return f"{model}, {os.cpu_count()} cores, flags: {present}"
