@@ -14,10 +14,13 @@ feeding the next), one row, 32 steps of a `tf.while_loop` per call, interleaved 
 hits every form alike:
 
 - `float32`: the float32 product of `(K, N)` weights (what float32 decoding runs);
+- `float32 rows` / `float32 rows, XLA's dot`: the same weights stored as rows `(N, K)`, through the row form
+  below (a zero added) and through XLA's plain product `x @ rows^T`;
 - `bfloat16, Keras' layout`: bfloat16 weights `(K, N)` and bfloat16 compute (what `with_dtype` runs);
 - `bfloat16 rows` / `float16 rows` / `int8 rows`: the narrow weights as rows, cast inside the loop;
 - `bfloat16 bits as rows`: bfloat16 rows kept as `uint16` and widened by a 16-bit shift, bitcast to
-  float32 (bfloat16 is float32's upper half), inside the loop.
+  float32 (bfloat16 is float32's upper half), inside the loop (what `keras_tfam.utils.rows_product` does
+  with bfloat16 rows, where `keras_tfam.cpu.bfloat16_rows_pay`).
 
 It prints milliseconds per step and the weight bytes read per second at each form's own width (the
 row forms are what a narrow path could read; `bfloat16, Keras' layout` is counted at two bytes though
@@ -79,8 +82,14 @@ def main():
         weights = [rows_of(k, dtype) for k in kernels]
         return lambda x, i: rows_product(x, *weights[i])
 
+    def as_rows_dot():
+        weights = [tf.Variable(np.ascontiguousarray(k.T)) for k in kernels]
+        return lambda x, i: tf.matmul(x, weights[i], transpose_b=True)
+
     forms = {
         "float32": (plain("float32"), 4),
+        "float32 rows": (as_rows("float32"), 4),
+        "float32 rows, XLA's dot": (as_rows_dot(), 4),
         "bfloat16, Keras' layout": (plain("bfloat16"), 2),
         "bfloat16 rows": (as_rows("bfloat16"), 2),
         "bfloat16 bits as rows": (as_bits(), 2),

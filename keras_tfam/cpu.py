@@ -78,6 +78,24 @@ def prefer_wide_vectors():
     return xla_cpu_vector_width() == "512"
 
 
+def bfloat16_rows_pay():
+    """Whether one-row products here read bfloat16 weights as rows widened by their bits (see below).
+
+    XLA's CPU backend has no bfloat16 matrix-vector kernel: it multiplies
+    float32 copies of bfloat16 weights, so a bfloat16 model decodes one
+    sequence no faster than float32. `keras_tfam.utils.rows_product` reads
+    them at two bytes each instead, widening each weight by a 16-bit shift
+    inside a product that runs on one thread. Measured in a decoding loop
+    (`benchmarks/weight_rows.py`, BENCHMARKS.md "bfloat16 weights as rows"):
+    2.0x the float32 product on a 2-core AVX2 EPYC; on a 2-core AVX-512
+    Xeon 1.38x at 512-bit vectors, but 0.7-0.85x at XLA's default 256. So:
+    on an x86 CPU with AVX2 and without AVX-512, or whose XLA compiles for
+    512-bit vectors (`prefer_wide_vectors`); not where the CPU is unknown.
+    """
+    flags = cpu_flags()
+    return "avx2" in flags and ("avx512f" not in flags or xla_cpu_vector_width() == "512")
+
+
 def xla_cpu_vector_width():
     """The vector width XLA's CPU backend compiles for in this process, as `XLA_FLAGS` sets it
     (`"256"` when it names none: XLA's default on x86), a string for a run's record."""

@@ -1,5 +1,5 @@
-"""Small helpers shared by the layers and models: argument checks, model configs, the int8 row product,
-the deletion of a variable without a collection."""
+"""Small helpers shared by the layers and models: argument checks, model configs, the product of one row
+by narrow (int8, bfloat16) weight rows, the deletion of a variable without a collection."""
 
 import math
 
@@ -113,7 +113,7 @@ def is_single_row(tensor):
 
 
 def takes_int8_rows_product(inputs):
-    """Whether a layer multiplies `inputs` by its int8 weights through `int8_rows_product`.
+    """Whether a layer multiplies `inputs` by its int8 weights through `rows_product`.
 
     For one row on an XLA backend (TensorFlow, JAX), where it reads a byte per weight; more rows, and
     torch, keep Keras' int8 product.
@@ -121,39 +121,73 @@ def takes_int8_rows_product(inputs):
     return is_single_row(inputs) and keras.backend.backend() in ("tensorflow", "jax")
 
 
-def int8_rows_product(inputs, rows, dtype):
-    """`inputs @ rows^T` for one row of `inputs` `(1, ..., K)` and int8 `rows` `(N, K)`, in `dtype`.
+def takes_bfloat16_rows_product(inputs, weights):
+    """Whether a layer multiplies `inputs` by its bfloat16 `weights` through `rows_product`.
 
-    The int8 weights of decoding one sequence, read one byte each: XLA's CPU
-    backend fuses the cast of `rows` into a row-major matrix-vector product
-    (about 20 GB/s of int8 weights on 2 cores, where its int8 dot converts
-    the matrix to int32 first). Inside a decoding loop, XLA hoists the cast
-    of a loop-invariant weight out of the loop, and the loop would read a
-    float32 copy four times the size; so `rows` gets a zero computed from the
-    input (`int(x * 0)`), which makes the cast loop-variant, and the input is
+    For one row under TensorFlow's XLA on a CPU where the widened rows read faster than XLA's float32
+    copies (`keras_tfam.cpu.bfloat16_rows_pay`). Elsewhere the backend's own product: more rows, torch, a
+    GPU, and JAX, whose XLA writes the widened rows out as a float32 matrix at every step instead of
+    fusing the widening into the product.
+    """
+    from keras_tfam import cpu
+
+    if keras.backend.backend() != "tensorflow" or keras.backend.standardize_dtype(weights.dtype) != "bfloat16":
+        return False
+    if not is_single_row(inputs):
+        return False
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU") and cpu.bfloat16_rows_pay()
+
+
+def rows_product(inputs, rows, dtype):
+    """`inputs @ rows^T` for one row of `inputs` `(1, ..., K)` and int8 or bfloat16 `rows` `(N, K)`, in `dtype`.
+
+    Narrow weights of decoding one sequence, read at their own width: XLA's
+    CPU backend fuses the widening of `rows` into a row-major matrix-vector
+    product, where its int8 dot converts the matrix to int32 first and its
+    bfloat16 dot multiplies a float32 copy. Inside a decoding loop, XLA hoists
+    the cast of a loop-invariant weight out of the loop, and the loop would
+    read a float32 copy; so `rows` gets a zero computed from the input
+    (`int(x * 0)`), which keeps the widening in the loop, and the input is
     divided by `1 + x * 0` element by element, which keeps whatever computes
-    it out of the product. The zero is 0 for every finite input; a NaN or infinity in the
-    one row makes every output NaN either way, so the result is always
-    `inputs @ rows^T`.
+    it out of the product. The zero is 0 for every finite input; a NaN or
+    infinity in the one row makes every output NaN or infinite either way.
+
+    - int8 rows are cast (about 15-20 G weights/s on 2 cores).
+    - bfloat16 rows are widened by their bits: a bfloat16 is the upper half
+      of the float32 of the same value, so `uint32(bits) << 16`, viewed as
+      float32, is exact; XLA vectorizes the shift, where it converts
+      bfloat16 element by element. The product is float32, as XLA's
+      bfloat16 dot computes it, then cast to `dtype`.
+
     A `(K, N)` matrix is slow here: transposed inside the loop, it is read
     column by column.
 
     Examples:
         >>> rows = np.array([[1, -2], [3, 4], [0, 5]], "int8")
-        >>> keras.ops.convert_to_numpy(int8_rows_product(np.array([[2.0, 1.0]]), rows, "float32"))
+        >>> keras.ops.convert_to_numpy(rows_product(np.array([[2.0, 1.0]]), rows, "float32"))
         array([[ 0., 10.,  5.]], dtype=float32)
     """
     if not is_single_row(inputs):
-        raise ValueError(f"int8_rows_product multiplies one row. Received: inputs of shape {tuple(inputs.shape)}")
-    inputs = ops.cast(inputs, dtype)
+        raise ValueError(f"rows_product multiplies one row. Received: inputs of shape {tuple(inputs.shape)}")
+    widened = keras.backend.standardize_dtype(rows.dtype) == "bfloat16"
+    inputs = ops.cast(inputs, "float32" if widened else dtype)
     vector = ops.reshape(inputs, (1, -1))
     # `vector / 1`, element by element: XLA fuses no such division into the product, which would
     # recompute the producers of `vector` (an activation quantizer, say) for every row of `rows`.
     # (A division by one broadcast scalar becomes a multiplication, which XLA fuses.)
     vector = ops.divide(vector, ops.add(ops.multiply(vector, 0), 1))
-    zero = ops.cast(ops.multiply(vector[0, 0], 0), rows.dtype)
-    matrix = ops.cast(ops.add(rows, zero), dtype)
-    product = ops.matmul(vector, ops.transpose(matrix))
+    if widened and keras.backend.backend() == "torch":  # no 16-bit unsigned view there; eager: nothing to hoist
+        matrix = ops.cast(rows, "float32")
+    elif widened:
+        zero = ops.cast(ops.multiply(vector[0, 0], 0), "uint16")
+        bits = ops.cast(ops.add(ops.view(rows, "uint16"), zero), "uint32")
+        matrix = ops.view(ops.left_shift(bits, 16), "float32")
+    else:
+        zero = ops.cast(ops.multiply(vector[0, 0], 0), rows.dtype)
+        matrix = ops.cast(ops.add(rows, zero), dtype)
+    product = ops.cast(ops.matmul(vector, ops.transpose(matrix)), dtype)
     return ops.reshape(product, tuple(inputs.shape[:-1]) + (rows.shape[0],))
 
 

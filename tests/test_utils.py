@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfam.utils import check_non_negative_int, check_positive_int, check_window, int8_rows_product
+from keras_tfam.utils import check_non_negative_int, check_positive_int, check_window, rows_product
 
 
 @pytest.mark.parametrize("value", [4, np.int64(4), np.int32(4), np.uint8(4), np.int8(4)])
@@ -64,10 +64,27 @@ def test_window_tensors_must_be_scalar_integers_and_positive_when_known():
         assert "\n" not in str(error.value) and str(error.value).endswith(f"Received: {shown}")
 
 
-def test_int8_rows_product_is_the_formula_for_one_row_and_refuses_more():
+def test_rows_product_is_the_formula_for_one_row_and_refuses_more():
     rows = np.random.default_rng(0).integers(-127, 128, size=(5, 4)).astype("int8")
     x = np.random.default_rng(1).normal(size=(1, 1, 4)).astype("float32")
-    out = keras.ops.convert_to_numpy(int8_rows_product(x, rows, "float32"))
+    out = keras.ops.convert_to_numpy(rows_product(x, rows, "float32"))
     np.testing.assert_allclose(out, x @ rows.T.astype("float32"), rtol=1e-6)
     with pytest.raises(ValueError, match=r"one row. Received: inputs of shape \(2, 4\)"):
-        int8_rows_product(np.ones((2, 4), "float32"), rows, "float32")
+        rows_product(np.ones((2, 4), "float32"), rows, "float32")
+
+
+def test_bfloat16_rows_are_widened_exactly_and_multiplied_in_float32():
+    """bfloat16 rows read as their bits shifted into float32's upper half: the float32 product of the same values."""
+    from backend import compiled
+
+    rng = np.random.default_rng(2)
+    rows = keras.ops.cast(rng.normal(size=(40, 64)).astype("float32"), "bfloat16")
+    widened = keras.ops.convert_to_numpy(keras.ops.cast(rows, "float32"))  # bfloat16 -> float32 is exact
+    x = rng.normal(size=(1, 1, 64)).astype("float32")
+    expected = x @ widened.T
+    for product in (lambda x: rows_product(x, rows, "float32"), compiled(lambda x: rows_product(x, rows, "float32"))):
+        out = keras.ops.convert_to_numpy(product(x))
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    out = rows_product(x, rows, "bfloat16")
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")), expected, rtol=1e-2, atol=1e-2)

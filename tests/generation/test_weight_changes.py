@@ -44,7 +44,7 @@ WEIGHT_ONLY = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
 
 @pytest.mark.parametrize("config", [None, WEIGHT_ONLY], ids=["int8", "weight-only-int8"])
 def test_int8_one_sequence_decodes_as_its_full_pass(config):
-    """One sequence decodes through int8 rows (`int8_rows_product`), the full pass through Keras' int8 product.
+    """One sequence decodes through int8 rows (`rows_product`), the full pass through Keras' int8 product.
 
     Token by token and prefill + steps equal the full pass (the compiled loop's greedy tokens: the test above).
     The steps are compiled (XLA on TensorFlow and JAX), as in the decoding loop.

@@ -5,7 +5,13 @@ import numpy as np
 from keras import ops
 from keras import quantizers
 
-from keras_tfam.utils import FreesDeletedVariables, int8_rows_product, is_single_row, takes_int8_rows_product
+from keras_tfam.utils import (
+    FreesDeletedVariables,
+    is_single_row,
+    rows_product,
+    takes_bfloat16_rows_product,
+    takes_int8_rows_product,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -25,7 +31,7 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
       the result is bit-identical to `x + bias`.
     - **int8** (`quantize("int8")`, Keras' per-output-channel scales). The
       int8 kernel is kept as rows, `(units, input_dim)`, and a one-row input
-      is multiplied by it in float with `keras_tfam.utils.int8_rows_product`,
+      is multiplied by it in float with `keras_tfam.utils.rows_product`,
       which XLA reads one byte per weight; Keras' int8 product is converted
       to int32 weights by XLA, four bytes per weight. The activations are
       quantized as Keras does (per row, unless the config says not to), so
@@ -33,6 +39,13 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
       up to `input_dim` 1040, and within float32 rounding of them beyond.
       Saved files, `kernel`, LoRA and the merge on save are Keras' own
       `(input_dim, units)` layout: only the variable in memory is transposed.
+    - **bfloat16** (a bfloat16 dtype policy, as `generation.with_dtype`
+      makes). XLA multiplies float32 copies of bfloat16 weights. Where it
+      pays on this CPU (`keras_tfam.cpu.bfloat16_rows_pay`), a one-row input
+      is multiplied by the kernel's rows widened by their bits
+      (`keras_tfam.utils.rows_product`), two bytes per weight: the kernel
+      transposed once per compiled call (XLA hoists it out of a decoding
+      loop), then read as rows. The product is float32, as XLA's.
 
     More rows take Keras' own computation, on the same variables.
 
@@ -49,6 +62,11 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
     """
 
     def call(self, inputs, training=None):
+        if takes_bfloat16_rows_product(inputs, self._kernel):
+            x = rows_product(inputs, ops.transpose(self.kernel), self.compute_dtype)
+            if self.bias is not None:
+                x = ops.add(x, self.bias)
+            return x if self.activation is None else self.activation(x)
         if self.bias is None or not is_single_row(inputs):
             return super().call(inputs, training=training)
         x = ops.subtract(ops.matmul(inputs, self.kernel), ops.negative(self.bias))
@@ -124,7 +142,7 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
                 inputs, inputs_scale = self.inputs_quantizer(inputs, axis=-1)
                 output_scale = ops.multiply(output_scale, inputs_scale)
             if rows_path:
-                x = int8_rows_product(inputs, rows, self.compute_dtype)
+                x = rows_product(inputs, rows, self.compute_dtype)
             else:
                 x = ops.cast(ops.matmul(inputs, ops.transpose(rows)), self.compute_dtype)
             return ops.divide(x, output_scale), grad_fn

@@ -130,7 +130,7 @@ class _Loop(keras.layers.Layer):
         self.layer = layer
 
     def call(self, x):
-        return keras.ops.fori_loop(0, 3, lambda i, x: self.layer(x), x)
+        return keras.ops.fori_loop(0, 3, lambda i, x: keras.ops.cast(self.layer(x), x.dtype), x)
 
 
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loop-invariant code motion")
@@ -158,6 +158,47 @@ def test_int8_one_row_product_reads_int8_inside_the_loop():
     for computation in casts(ours):
         assert " dot(" in computation and "round-nearest" not in computation
     assert any(" dot(" not in computation for computation in casts(theirs))  # what the test guards against
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 24), (3, 24)])
+def test_bfloat16_equals_keras_bfloat16_dense_where_rows_pay(shape, monkeypatch):
+    """One row of a bfloat16 layer multiplies the kernel's rows widened by their bits (an AVX2 CPU, where it pays):
+    the float32 product of the bfloat16 values, rounded to bfloat16, as Keras' bfloat16 Dense computes it."""
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2")
+    ours = Dense(24, bias_initializer="random_normal", activation="gelu", dtype="bfloat16")
+    theirs = keras.layers.Dense(24, activation="gelu", dtype="bfloat16")
+    for layer in (ours, theirs):
+        layer.build((None, 24))
+    theirs.set_weights(ours.get_weights())
+    x = keras.ops.cast(rng.normal(size=shape).astype("float32"), "bfloat16")
+    kernel, bias = (np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(w, "float32"))) for w in ours.weights)
+    for fn in (ours, compiled(lambda x: ours(x))):
+        out = keras.ops.convert_to_numpy(keras.ops.cast(fn(x), "float32"))
+        expected = keras.ops.convert_to_numpy(keras.ops.cast(theirs(x), "float32"))
+        np.testing.assert_allclose(out, expected, rtol=2e-2, atol=2e-2)  # a bfloat16 rounding apart at most
+        x32 = keras.ops.convert_to_numpy(keras.ops.cast(x, "float32"))
+        formula = keras.ops.convert_to_numpy(keras.ops.gelu(x32 @ kernel + bias, approximate=False))
+        np.testing.assert_allclose(out, formula, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's XLA fuses the widening into the product; JAX's does not")
+def test_bfloat16_one_row_product_reads_two_bytes_inside_the_loop(monkeypatch):
+    """Where bfloat16 rows pay, the loop carries the kernel's 16 bits and widens them inside its product;
+    Keras' bfloat16 Dense hands XLA's dot a float32 copy of the kernel, made once before the loop."""
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2")
+    x = keras.ops.cast(rng.normal(size=(1, 1, 24)).astype("float32"), "bfloat16")
+
+    def computations(layer):
+        layer.build((None, 24))
+        loop = _Loop(layer)
+        loop.build(x.shape)
+        return optimized_hlo(loop, x).split("\n\n")
+
+    ours = computations(Dense(24, dtype="bfloat16"))
+    assert any(" dot(" in c and " shift-left(" in c for c in ours), "no product widening the kernel's bits"
+    float_copy = re.compile(r"= f32\[24,24\]\{[0-9,]*\} convert\(")
+    assert not any(float_copy.search(c) for c in ours)
+    assert any(float_copy.search(c) for c in computations(keras.layers.Dense(24, dtype="bfloat16")))  # guarded against
 
 
 def test_lora_layers_take_keras_paths():

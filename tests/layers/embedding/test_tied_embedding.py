@@ -88,8 +88,26 @@ def test_one_row_logits_read_the_table_as_it_is_stored():
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 8)])
+def test_bfloat16_logits_are_the_float32_product_of_the_bfloat16_table(shape, monkeypatch):
+    """One row of a bfloat16 table, where its widened rows pay (an AVX2 CPU): `E @ h` in float32 over the
+    bfloat16 values, as more rows compute it through Keras' product."""
+    from backend import compiled
+
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2")
+    layer = TiedEmbedding(50, 8, dtype="bfloat16")
+    layer.build()
+    table = keras.ops.convert_to_numpy(keras.ops.cast(layer.embeddings, "float32"))
+    hidden = keras.ops.cast(rng.normal(size=shape).astype("float32"), "bfloat16")
+    expected = keras.ops.convert_to_numpy(keras.ops.cast(hidden, "float32")) @ table.T
+    for fn in (lambda h: layer(h, reverse=True), compiled(lambda h: layer(h, reverse=True))):
+        logits = keras.ops.convert_to_numpy(fn(hidden))
+        assert logits.dtype == np.float32 and logits.shape == shape[:-1] + (50,)
+        np.testing.assert_allclose(logits, expected, rtol=2e-2, atol=2e-2)  # the product rounded to bfloat16
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 8)])
 def test_int8_logits_equal_keras_int8_and_the_formula(shape):
-    """One row multiplies the int8 table as stored (`int8_rows_product`): Keras' int8 logits, bit for bit."""
+    """One row multiplies the int8 table as stored (`rows_product`): Keras' int8 logits, bit for bit."""
     from backend import compiled
 
     ours = TiedEmbedding(50, 8)
