@@ -135,9 +135,7 @@ def takes_bfloat16_rows_product(inputs, weights):
         return False
     if not is_single_row(inputs):
         return False
-    import tensorflow as tf
-
-    return not tf.config.list_logical_devices("GPU") and cpu.bfloat16_rows_pay()
+    return not keras.distribution.list_devices("gpu") and cpu.bfloat16_rows_pay()
 
 
 def rows_product(inputs, rows, dtype):
