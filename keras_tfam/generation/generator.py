@@ -327,7 +327,8 @@ def windowed_logits(model, token_ids, window=None, batch_size=64):
     `None`). A model with `sliding_window_cache` runs the sequence once
     over a ring cache; any other model re-encodes, for each position past
     the window, the `window` tokens ending there at positions
-    `0 .. window - 1`, exactly as generation does.
+    `0 .. window - 1`, exactly as generation does, `batch_size` windows
+    at a time through one compiled program.
     """
     check_protocol(model)
     window = resolve_window(model, window)
@@ -341,11 +342,17 @@ def windowed_logits(model, token_ids, window=None, batch_size=64):
     first = model.call_with_cache(token_ids[:, :window], model.init_cache(batch, window), 0).logits
     starts = np.arange(1, length - window + 1)
     windows = token_ids[:, starts[:, None] + np.arange(window)].reshape(-1, window)  # [B * n, W]
+    rows = min(batch_size, len(windows))
+
+    def last_logits(chunk):  # one compiled program for every chunk: the last is padded to `rows`
+        return model.call_with_cache(chunk, model.init_cache(rows, window), 0).logits[:, -1]
+
+    compiled = compile_function(last_logits, model)
     last = []
-    for start in range(0, len(windows), batch_size):
-        chunk = windows[start : start + batch_size]
-        logits = model.call_with_cache(chunk, model.init_cache(len(chunk), window), 0).logits
-        last.append(ops.convert_to_numpy(logits[:, -1]))
+    for start in range(0, len(windows), rows):
+        chunk = windows[start : start + rows]
+        padded = np.concatenate([chunk, np.zeros((rows - len(chunk), window), np.int32)])
+        last.append(ops.convert_to_numpy(compiled(padded))[: len(chunk)])
     rest = np.concatenate(last).reshape(batch, len(starts), -1)
     return np.concatenate([ops.convert_to_numpy(first), rest], axis=1)
 
