@@ -10,6 +10,8 @@
 # Then, with the device tool:   run(command="bash scripts/gpu_bench.sh", carry=[".whl", ".peers"], timeout_s=540)
 #   prints the tables (training against nanoGPT, decoding against transformers, training without the
 #   fused attention kernel, the step's kernels) and leaves their logs and JSON in $OUT.
+# And:          run(command="bash scripts/gpu_bench.sh tests", carry=[".whl"], timeout_s=400)
+#   runs the backend-neutral tests of decoding and generation on the GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "prepare" ]; then
@@ -25,10 +27,20 @@ if [ "${1:-}" = "prepare" ]; then
   ls .whl .peers/nanoGPT
   exit 0
 fi
-[ "$#" -eq 0 ] || { echo "usage: bash scripts/gpu_bench.sh [prepare NANOGPT_CHECKOUT]" >&2; exit 2; }
+[ "$#" -eq 0 ] || [ "$*" = "tests" ] || { echo "usage: bash scripts/gpu_bench.sh [prepare NANOGPT_CHECKOUT | tests]" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="/tmp/site:$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
 out="${OUT:-/tmp}"
+if [ "${1:-}" = "tests" ]; then
+  # The backend-neutral tests of decoding, generation, the attention contract, GPT-2, the ops and the losses
+  # on the GPU (carrying .whl only; ~4 min on an H200): float32 products at full precision (JAX's default
+  # precision lets a GPU round float32 products to TensorFloat-32's 10-bit mantissa, far past the tests'
+  # 1e-5 tolerances), six processes sharing the GPU's memory as they need it.
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest
+  exec python3 -m pytest -q -p no:cacheprovider -n 6 --dist loadfile -m "every_backend and not training" -rfE \
+    tests/models/test_decoding_models.py tests/generation tests/layers/attention/test_attention_contract.py \
+    tests/models/test_gpt2_lm.py tests/ops tests/losses
+fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
 status=0
 # 1. Training: ours (the fused attention kernel, checked against the explicit path) against nanoGPT.

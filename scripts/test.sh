@@ -4,8 +4,7 @@
 # GPT-2 cached == uncached, Hugging Face parity) again on JAX, then the layer and decoding-model
 # harnesses and the losses on PyTorch. Arguments go to a single pytest run instead.
 # Two pytest workers (pytest-xdist), a test file each at a time: most tests are small models whose
-# time goes to tracing and compiling on one core, so two at once keep both cores busy. The files are
-# taken longest first (tests/conftest.py's LONGEST_FIRST), so that both workers finish together.
+# time goes to tracing and compiling on one core, so two at once keep both cores busy.
 # pytest exits non-zero when it fails or collects no test, and so does this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +18,7 @@ fi
 # emitters 30% faster again (JAX phase 424 -> 299 s); the HLO passes, and so the computation, are
 # unchanged. The training tests run many steps, so they keep XLA's defaults.
 O0="--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false ${XLA_FLAGS:-}"
-XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not training"
+XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training"
 echo "== training to quality thresholds"
 # A test each at a time (not a file): four of the nine are one file's parameters, which alone took as
 # long as the other five together.
@@ -27,7 +26,7 @@ echo "== training to quality thresholds"
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention contract,
 # GPT-2 and Hugging Face parity), again on JAX.
-XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "every_backend and not training" \
+XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "every_backend and not training" \
   tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
   tests/test_backend_neutral.py tests/test_cpu.py
@@ -35,6 +34,6 @@ echo "== the layer and decoding-model harnesses and the losses on PyTorch"
 # Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
 # steps, greedy == argmax), the losses' custom gradients and quantize's freed float weights, eagerly:
 # Keras' default on PyTorch (tests/harness.py says why).
-KERAS_BACKEND=torch .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not training" \
+KERAS_BACKEND=torch .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" \
   -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees" tests/layers \
   tests/models/test_decoding_models.py tests/losses

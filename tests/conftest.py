@@ -41,42 +41,10 @@ def runs_on_every_backend(item):
     )
 
 
-# The files that take longest (about 30 to 130 s each on 2 cores, TensorFlow and JAX phases), longest
-# first. scripts/test.sh's two workers take a file at a time in collection order
-# (`--dist loadfile --no-loadscope-reorder`): started first, the long files leave only short ones for
-# the end, and neither worker waits long for the other (a long file started last kept one waiting 30 s).
-LONGEST_FIRST = (
-    "tests/pipelines/test_training.py",
-    "tests/models/test_gpt2_lm.py",
-    "tests/layers/attention/test_attention_contract.py",
-    "tests/pipelines/test_export_and_cli.py",
-    "tests/docs/test_readme_examples.py",
-    "tests/models/test_early_exit_lm.py",
-    "tests/models/test_decoding_models.py",
-    "tests/docs/test_docstrings.py",
-    "tests/pipelines/test_kill_anywhere.py",
-    "tests/models/test_keras_export.py",
-    "tests/pipelines/test_init_from.py",
-    "tests/pipelines/test_early_exit_and_knn.py",
-    "tests/models/test_transformer_xl_lm.py",
-    "tests/pipelines/test_export_bpe.py",
-    "tests/layers/adaptive/test_universal_transformer.py",
-    "tests/models/test_cross_backend.py",
-    "tests/pipelines/data/test_graph_tokenizer.py",
-    "tests/models/test_quantization_and_lora.py",
-    "tests/pipelines/test_recovery.py",
-    "tests/generation/test_sliding_window.py",
-    "tests/generation/test_search.py",
-    "tests/ops/test_banded.py",
-)
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if runs_on_every_backend(item):
             item.add_marker("every_backend")
-    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)
