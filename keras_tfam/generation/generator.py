@@ -331,6 +331,7 @@ def windowed_logits(model, token_ids, window=None, batch_size=64):
     at a time through one compiled program.
     """
     check_protocol(model)
+    batch_size = check_positive_int("batch_size", batch_size)
     window = resolve_window(model, window)
     token_ids = np.asarray(token_ids, np.int32)
     batch, length = token_ids.shape

@@ -135,3 +135,5 @@ def test_a_smaller_window_and_overflow_errors():
         model.generate([[1, 2, 3]], 20, window=9)
     with pytest.raises(ValueError, match="Received: window=0"):
         model.generate([[1, 2, 3]], 20, window=0)
+    with pytest.raises(ValueError, match=r"Received: batch_size=0"):
+        windowed_logits(model, generated, window=4, batch_size=0)
