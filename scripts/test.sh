@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Creates (or reuses) .venv, installs keras_tfam with its test and torch extras, runs the tests: the
 # whole suite on TensorFlow, then the backend-neutral library (layer harness, ops, losses, generation,
-# GPT-2 cached == uncached, Hugging Face parity) again on JAX, then the layer and decoding-model
-# harnesses and the losses on PyTorch. Arguments go to a single pytest run instead.
+# GPT-2 cached == uncached, Hugging Face parity) again on JAX; beside them, in a second lane, the
+# training tests and then the layer and decoding-model harnesses and the losses on PyTorch. Arguments
+# go to a single pytest run instead.
 # Two pytest workers (pytest-xdist), a test file each at a time: most tests are small models whose
 # time goes to tracing and compiling on one core, so two at once keep both cores busy.
-# pytest exits non-zero when it fails or collects no test, and so does this script.
+# pytest exits non-zero when it fails or collects no test, and so does this script (after every lane).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh test,torch
@@ -18,22 +19,40 @@ fi
 # emitters 30% faster again (JAX phase 424 -> 299 s); the HLO passes, and so the computation, are
 # unchanged. The training tests run many steps, so they keep XLA's defaults.
 O0="--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false ${XLA_FLAGS:-}"
-XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training"
-echo "== training to quality thresholds"
-# A test each at a time (not a file): four of the nine are one file's parameters, which alone took as
-# long as the other five together.
-.venv/bin/python -m pytest -q -n 2 --dist load -m training
+
+# Two lanes at once, so that both cores stay busy to the end: one process runs the training tests and
+# then the PyTorch phase while two workers run the TensorFlow and then the JAX phase. Run one after the
+# other, each phase ended with a core idle behind its longest test (the nine training tests: 216 s for
+# 150 s of work) and paid its own start-up. The second lane's output follows the first's.
+second_lane_log=$(mktemp)
+(
+  set +e
+  echo "== training to quality thresholds"
+  .venv/bin/python -m pytest -q -p no:xdist -m training
+  training=$?
+  echo "== the layer and decoding-model harnesses and the losses on PyTorch"
+  # Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
+  # steps, greedy == argmax), the losses' custom gradients and quantize's freed float weights, eagerly:
+  # Keras' default on PyTorch (tests/harness.py says why).
+  KERAS_BACKEND=torch .venv/bin/python -m pytest -q -p no:xdist -m "not training" \
+    -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees" tests/layers \
+    tests/models/test_decoding_models.py tests/losses
+  torch=$?
+  exit $(( training != 0 || torch != 0 ))
+) > "$second_lane_log" 2>&1 &
+second_lane=$!
+trap 'kill "$second_lane" 2>/dev/null || true; rm -f "$second_lane_log"' EXIT
+
+status=0
+echo "== TensorFlow: everything but the training tests"
+XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" || status=1
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention contract,
 # GPT-2 and Hugging Face parity), again on JAX.
 XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "every_backend and not training" \
   tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
-  tests/test_backend_neutral.py tests/test_cpu.py
-echo "== the layer and decoding-model harnesses and the losses on PyTorch"
-# Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
-# steps, greedy == argmax), the losses' custom gradients and quantize's freed float weights, eagerly:
-# Keras' default on PyTorch (tests/harness.py says why).
-KERAS_BACKEND=torch .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" \
-  -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees" tests/layers \
-  tests/models/test_decoding_models.py tests/losses
+  tests/test_backend_neutral.py tests/test_cpu.py || status=1
+wait "$second_lane" || status=1
+cat "$second_lane_log"
+exit "$status"
