@@ -41,7 +41,8 @@ second_lane_log=$(mktemp)
   exit $(( training != 0 || torch != 0 ))
 ) > "$second_lane_log" 2>&1 &
 second_lane=$!
-trap 'kill "$second_lane" 2>/dev/null || true; rm -f "$second_lane_log"' EXIT
+# Stopped early (a signal, an error of this script): the second lane's pytest stops too.
+trap 'pkill -P "$second_lane" 2>/dev/null; kill "$second_lane" 2>/dev/null; rm -f "$second_lane_log"' EXIT
 
 status=0
 echo "== TensorFlow: everything but the training tests"
