@@ -60,7 +60,7 @@ from keras_tfam.utils import check_positive_int
 from pipelines.errors import notice
 from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
-from pipelines.keras_workarounds import save_endpoints_as_traced
+from pipelines.keras_workarounds import no_default_save_signatures, save_endpoints_as_traced
 from pipelines.run_lock import RunLock
 
 _SCALARS = dict(
@@ -283,7 +283,8 @@ def _write_version(archive, target, extra_files=None):
     parent, version = os.path.split(target)
     staging = tempfile.mkdtemp(prefix=".incomplete-", dir=parent)
     try:
-        archive.write_out(staging, verbose=False)
+        with no_default_save_signatures():
+            archive.write_out(staging, verbose=False)
         for name, data in (extra_files or {}).items():
             path = os.path.join(staging, name)
             os.makedirs(os.path.dirname(path), exist_ok=True)

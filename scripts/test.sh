@@ -42,7 +42,8 @@ second_lane_log=$(mktemp)
 ) > "$second_lane_log" 2>&1 &
 second_lane=$!
 # Stopped early (a signal, an error of this script): the second lane's pytest stops too.
-trap 'pkill -P "$second_lane" 2>/dev/null; kill "$second_lane" 2>/dev/null; rm -f "$second_lane_log"' EXIT
+# (The trap runs under `set -e`: a lane already gone must not fail it.)
+trap '{ pkill -P "$second_lane"; kill "$second_lane"; } 2>/dev/null || true; rm -f "$second_lane_log"' EXIT
 
 status=0
 echo "== TensorFlow: everything but the training tests"

@@ -221,3 +221,24 @@ def test_the_cli_is_quiet_unless_verbose(trained_run, tmp_path):
     ]
     result = tfam("eval", trained_run, "--split", str(tmp_path / "missing.txt"), "--verbose")
     assert result.returncode == 2 and "Traceback (most recent call last)" in result.stderr
+
+
+def test_an_export_traces_the_model_s_call_once(tmp_path):
+    """The logits signature is the one trace of the model's `call`: writing the archive does not trace it
+    again (Keras' default save signature, a new `tf.function` over `call` at each read, is hidden then)."""
+    import keras
+
+    from keras_tfam.models import GPT2LM
+    from pipelines.export import export_model
+
+    keras.utils.set_random_seed(0)
+    model = GPT2LM(vocabulary_size=29, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    tokens = np.array([[3, 7, 1]], np.int32)
+    expected = np.asarray(model(tokens))[:, -1]
+    traces, call = [], model.call
+    model.call = lambda *args, **kwargs: (traces.append(tf.executing_eagerly()), call(*args, **kwargs))[1]
+    version = export_model(model, str(tmp_path / "export"))
+    assert traces == [False]
+    assert model._default_save_signature is not None  # Keras' property is back after the export
+    logits = tf.saved_model.load(version).signatures["serving_default"](token_ids=tf.constant(tokens))["logits"]
+    np.testing.assert_allclose(logits.numpy(), expected, rtol=1e-5, atol=1e-6)
