@@ -66,9 +66,13 @@ def no_default_save_signatures():
     finds. `ExportArchive.write_out` walks each tracked model to find its lookup tables, so every export
     traced the whole model once more (2.2 of an export's 15 CPU seconds for a 6-layer GPT-2), into a graph
     the SavedModel does not keep: its signatures are the archive's endpoints. For the block's duration the
-    property reads None on every layer (Keras 3.12-3.15; a class attribute, so for every thread).
+    property reads None on every layer (Keras 3.12-3.15; a class attribute, so for every thread). A Keras
+    without the property is left as it is: the export is the same, traced once more.
     """
-    signature = TFLayer.__dict__["_default_save_signature"]
+    signature = TFLayer.__dict__.get("_default_save_signature")
+    if signature is None:
+        yield
+        return
     TFLayer._default_save_signature = None
     try:
         yield
