@@ -4,7 +4,17 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfam.utils import check_non_negative_int, check_positive_int, check_window, rows_product
+from keras_tfam import utils
+from keras_tfam.utils import (
+    check_non_negative_int,
+    check_positive_int,
+    check_window,
+    columns_product,
+    kernel_rows,
+    kernels_as_rows,
+    register_row_kernel,
+    rows_product,
+)
 
 
 @pytest.mark.parametrize("value", [4, np.int64(4), np.int32(4), np.uint8(4), np.int8(4)])
@@ -71,6 +81,56 @@ def test_rows_product_is_the_formula_for_one_row_and_refuses_more():
     np.testing.assert_allclose(out, x @ rows.T.astype("float32"), rtol=1e-6)
     with pytest.raises(ValueError, match=r"one row. Received: inputs of shape \(2, 4\)"):
         rows_product(np.ones((2, 4), "float32"), rows, "float32")
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (8, 1, 4), (4, 16, 4), (5, 4)])
+def test_columns_product_is_the_formula_for_a_few_rows(shape):
+    """`(rows @ x^T + c)^T` is `x @ rows^T + bias` (or without the bias), eagerly and compiled; also for 5
+    rows by 5 weight rows, where Keras' TensorFlow `add` would take the bias column for a row."""
+    from backend import compiled
+
+    rng = np.random.default_rng(3)
+    rows, bias = rng.normal(size=(5, 4)).astype("float32"), rng.normal(size=(5,)).astype("float32")
+    x = rng.normal(size=shape).astype("float32")
+    for fn in (columns_product, compiled(columns_product)):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(fn(x, rows)), x @ rows.T, rtol=1e-5, atol=1e-6)
+        out = keras.ops.convert_to_numpy(fn(x, rows, bias))
+        np.testing.assert_allclose(out, x @ rows.T + bias, rtol=1e-5, atol=1e-6)
+    # A non-finite input spoils its own row's outputs only.
+    x = np.ones((3, 4), "float32")
+    x[1, 0] = np.nan
+    out = keras.ops.convert_to_numpy(columns_product(x, rows))
+    assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("shape", [(1, 4), (1, 1, 4), (65, 4), (5, 13, 4)])
+def test_columns_product_refuses_one_row_and_many(shape):
+    with pytest.raises(ValueError, match=rf"2 to 64 rows. Received: inputs of shape \({shape[0]}, "):
+        columns_product(np.ones(shape, "float32"), np.ones((3, 4), "float32"))
+
+
+@pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="PyTorch decodes eagerly: no copies")
+def test_kernels_as_rows_transposes_registered_float32_kernels_within_a_memory_budget(monkeypatch):
+    rng = np.random.default_rng(4)
+    kernel = keras.Variable(rng.normal(size=(4, 6)).astype("float32"))
+    unregistered = keras.Variable(rng.normal(size=(4, 6)).astype("float32"))
+    narrow = keras.Variable(rng.normal(size=(4, 6)).astype("float32"), dtype="bfloat16")
+    for variable in (kernel, narrow):
+        register_row_kernel(variable)
+    with kernels_as_rows([kernel, unregistered, narrow]):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(kernel_rows(kernel)), np.asarray(kernel).T)
+        assert kernel_rows(unregistered) is None and kernel_rows(narrow) is None
+        with kernels_as_rows([]):  # nested: the inner copies only
+            assert kernel_rows(kernel) is None
+        assert kernel_rows(kernel) is not None
+    assert kernel_rows(kernel) is None
+    # Copies larger than a quarter of the machine's memory are not made.
+    monkeypatch.setattr(utils, "physical_memory_bytes", lambda: 4 * 4 * 24 - 1)
+    with kernels_as_rows([kernel]):
+        assert kernel_rows(kernel) is None
+    monkeypatch.setattr(utils, "physical_memory_bytes", lambda: 4 * 4 * 24)
+    with kernels_as_rows([kernel]):
+        assert kernel_rows(kernel) is not None
 
 
 def test_bfloat16_rows_are_widened_exactly_and_multiplied_in_float32():

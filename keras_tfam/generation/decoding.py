@@ -31,6 +31,7 @@ import keras
 from keras import ops
 
 from keras_tfam.generation.samplers import step_key
+from keras_tfam.utils import kernels_as_rows
 
 MODES = ("full", "ring", "re-encode")
 # Caches of static buffers from this many positions start at half the buffer
@@ -88,6 +89,14 @@ def plan_decoding(model, buffer_length=None, shortest_prompt=None, window=None):
     if shortest_prompt is not None:
         prefill = shortest_prompt - 1 if shortest_prompt <= window else 0
     return DecodePlan("re-encode", window, prefill)
+
+
+def _variables(model):
+    """The variables a decoding model computes with: its own, or, for a wrapper that is no Keras layer, those
+    of the model it wraps (`DecodingWrapper.wrapped`)."""
+    while not hasattr(model, "variables") and getattr(model, "wrapped", None) is not None:
+        model = model.wrapped
+    return list(getattr(model, "variables", ()))
 
 
 def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id, plan,
@@ -194,13 +203,16 @@ def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_tok
 
     done = ops.zeros((rows,), "bool")
     state = search.init_state(batch)
-    for i, (end, step) in enumerate(segments):
-        if i and plan.mode == "full":
-            cache = model.resize_cache(cache, end)
+    # Layers that multiply a few rows by their kernels read them transposed, copied once here, outside the loop.
+    with kernels_as_rows(_variables(model)):
+        for i, (end, step) in enumerate(segments):
+            if i and plan.mode == "full":
+                cache = model.resize_cache(cache, end)
 
-        def cond(index, tokens, cache, done, state, end=end):
-            live = ops.logical_and(index < end, index < buffer_length)
-            return ops.logical_and(live, ops.any(unfinished(index, done)))
+            def cond(index, tokens, cache, done, state, end=end):
+                live = ops.logical_and(index < end, index < buffer_length)
+                return ops.logical_and(live, ops.any(unfinished(index, done)))
 
-        index, tokens, cache, done, state = ops.while_loop(cond, make_body(step), (index, tokens, cache, done, state))
+            loop_vars = (index, tokens, cache, done, state)
+            index, tokens, cache, done, state = ops.while_loop(cond, make_body(step), loop_vars)
     return search.finalize(tokens, state)

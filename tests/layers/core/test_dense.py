@@ -10,6 +10,7 @@ from backend import BACKEND, compiled, optimized_hlo
 from harness import LayerHarness
 
 from keras_tfam.layers import Dense, TiedEmbedding
+from keras_tfam.utils import kernel_rows, kernels_as_rows
 
 rng = np.random.default_rng(0)
 
@@ -131,6 +132,69 @@ class _Loop(keras.layers.Layer):
 
     def call(self, x):
         return keras.ops.fori_loop(0, 3, lambda i, x: keras.ops.cast(self.layer(x), x.dtype), x)
+
+
+class _RowsLoop(_Loop):
+    """`_Loop` inside `kernels_as_rows`, as the generator runs its decoding loop."""
+
+    def call(self, x):
+        with kernels_as_rows(self.layer.variables):
+            return super().call(x)
+
+
+@pytest.mark.parametrize("shape", [(8, 1, 8), (2, 3, 8), (64, 8)])
+def test_a_few_rows_inside_kernels_as_rows_equal_keras_dense_and_the_formula(shape):
+    """Inside `kernels_as_rows` (TensorFlow, a CPU: the kernel transposed once), 2 to 64 rows take
+    `(rows @ x^T + bias)^T`: Keras' result within float32 rounding, eagerly, compiled and in a loop."""
+    ours, theirs = _pair(8, activation="gelu")
+    x = rng.normal(size=shape).astype("float32")
+    kernel, bias = (np.asarray(w) for w in ours.get_weights())
+    formula = keras.ops.convert_to_numpy(keras.ops.gelu(x @ kernel + bias, approximate=False))
+    expected = keras.ops.convert_to_numpy(theirs(x))
+
+    def inside(x):
+        with kernels_as_rows(ours.variables):
+            assert (kernel_rows(ours.kernel) is not None) == (BACKEND in ("tensorflow", "jax"))
+            return ours(x)
+
+    for fn in (inside, compiled(inside)):
+        out = keras.ops.convert_to_numpy(fn(x))
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out, formula, rtol=1e-5, atol=1e-5)
+    layer = Dense(8, bias_initializer="random_normal")
+    layer.build((None, 8))
+    loop = _RowsLoop(layer)
+    loop.build(x.shape)
+    kernel, bias = (np.asarray(w) for w in layer.get_weights())
+    three = ((x @ kernel + bias) @ kernel + bias) @ kernel + bias
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(compiled(loop)(x)), three, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loops")
+def test_a_few_rows_read_the_kernel_transposed_once_before_the_loop():
+    """In the loop, the product of 8 rows is `(N, K) @ (K, 8)` over a loop-carried transposed copy of the
+    kernel, made before the loop; Keras' Dense multiplies `(8, K) @ (K, N)`, the slow form on a CPU."""
+    x = rng.normal(size=(8, 1, 24)).astype("float32")
+
+    def compiled_loop(layer):
+        """The optimized HLO of the loop and the text of its body computation."""
+        if not layer.built:
+            layer.build((None, 24))
+        loop = _RowsLoop(layer)
+        loop.build(x.shape)
+        hlo = optimized_hlo(loop, x)
+        name = re.search(r"body=(%[\w.\-]+)", hlo).group(1)
+        return hlo, next(c for c in hlo.split("\n\n") if c.startswith(name + " "))
+
+    hlo, body = compiled_loop(Dense(24))
+    assert re.search(r"= f32\[24,8\]\{1,0\} dot\(", hlo) and not re.search(r"= f32\[8,24\]\{1,0\} dot\(", hlo)
+    assert not re.search(r"= f32\[24,24\]\{[0-9,]*\} (copy|transpose)\(", body)  # no copy at each step
+    hlo, _ = compiled_loop(keras.layers.Dense(24))  # Keras' Dense reads no copy: what the test guards against
+    assert re.search(r"= f32\[8,24\]\{1,0\} dot\(", hlo)
+    int8 = Dense(24)
+    int8.build((None, 24))
+    int8.quantize("int8")
+    assert not re.search(r"= f32\[24,8\]\{1,0\} dot\(", compiled_loop(int8)[0])  # int8: its own product
 
 
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loop-invariant code motion")

@@ -1,0 +1,131 @@
+"""A few rows by float32 weights inside a decoding loop: Keras' product against `(rows @ x^T)^T`.
+
+    python benchmarks/few_rows.py [--rows 2 4 8 16 32 64] [--repeats 5] [--steps 32]
+
+Decoding a batch of B sequences multiplies B rows by every weight matrix, once per step, inside a
+compiled loop. On a CPU, XLA's product of `x (M, K)` by a `(K, N)` kernel reads the kernel at about half
+the speed of the product of the kernel's rows `(N, K)` by `x^T`. `keras_tfam.layers.Dense` therefore
+multiplies a few rows inside the generator's loop as `keras_tfam.utils.columns_product` over the kernel
+transposed once before the loop (`keras_tfam.utils.kernels_as_rows`), and `TiedEmbedding` its logits as
+`(E @ h^T)^T` over the table as it is stored. This times, for each number of rows, one loop step of:
+
+- the feed-forward products of GPT-2 small (12 layers of 768 x 3072 and 3072 x 768, with biases and a
+  residual, as in decoding): `keras.layers.Dense` against `keras_tfam.layers.Dense` inside
+  `kernels_as_rows` (the transposed copies made once per call, outside the loop, and counted);
+- GPT-2 small's tied head (50,257 x 768): `keras.layers.ReversibleEmbedding` against
+  `keras_tfam.layers.TiedEmbedding`.
+
+Every form runs in its own compiled loop of `--steps` steps, interleaved, best of `--repeats`; it prints
+milliseconds per step, the weight bytes read per second and the ratio, the machine first. The results
+are checked against each other (the same sums in another order: within float32 rounding).
+"""
+
+import argparse
+import contextlib
+import os
+import types
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+WIDTH, LAYERS, VOCABULARY = 768, 12, 50257
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64], help="rows per product (2-64)")
+    parser.add_argument("--repeats", type=int, default=5, help="series of --steps steps each; the best counts")
+    parser.add_argument("--steps", type=int, default=32, help="loop steps per call")
+    args = parser.parse_args()
+    for name in ("repeats", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
+    bad = [rows for rows in args.rows if not 2 <= rows <= 64]
+    if bad:
+        parser.error(f"--rows must be integers from 2 to 64. Received: {bad[0]}")
+    import keras
+    import numpy as np
+
+    from keras_tfam.layers import Dense, TiedEmbedding
+    from keras_tfam.utils import kernels_as_rows
+    from timing import best_interleaved, cpu
+
+    keras.utils.set_random_seed(0)
+    kernel_init = keras.initializers.RandomNormal(stddev=0.02)
+    ours, theirs = [], []
+    for units, width in [(4 * WIDTH, WIDTH), (WIDTH, 4 * WIDTH)] * LAYERS:
+        layer = Dense(units, kernel_initializer=kernel_init, bias_initializer=kernel_init)
+        layer.build((None, width))
+        keras_layer = keras.layers.Dense(units)
+        keras_layer.build((None, width))
+        keras_layer.set_weights(layer.get_weights())
+        ours.append(layer)
+        theirs.append(keras_layer)
+    head = TiedEmbedding(VOCABULARY, WIDTH, embeddings_initializer=kernel_init)
+    head.build()
+    keras_head = keras.layers.ReversibleEmbedding(VOCABULARY, WIDTH, tie_weights=True)
+    keras_head.build()
+    keras_head.set_weights(head.get_weights())
+
+    def feed_forward(layers, rows_context):
+        variables = [v for layer in layers for v in layer.variables]
+
+        def step(x):
+            for i in range(0, len(layers), 2):
+                x = x + 0.01 * layers[i + 1](keras.ops.relu(layers[i](x)))
+            return x
+
+        def run(x):
+            with kernels_as_rows(variables) if rows_context else contextlib.nullcontext():
+                return keras.ops.fori_loop(0, args.steps, lambda i, x: step(x), x)
+
+        return run
+
+    def logits(layer):
+        def run(x):
+            def body(i, carry):
+                h, total = carry
+                out = layer(h, reverse=True)
+                return h + 1e-3 * out[..., :WIDTH], total + keras.ops.max(out, axis=-1)
+
+            return keras.ops.fori_loop(0, args.steps, body, (x, keras.ops.zeros(x.shape[:-1])))[1]
+
+        return run
+
+    variables = [v for layer in ours + theirs + [head, keras_head] for v in layer.variables]
+    forms = {
+        "feed-forward, keras.layers.Dense": feed_forward(theirs, False),
+        "feed-forward, keras_tfam Dense (rows copied before the loop)": feed_forward(ours, True),
+        "head, keras.layers.ReversibleEmbedding": logits(keras_head),
+        "head, keras_tfam TiedEmbedding": logits(head),
+    }
+    weight_bytes = {name: 4 * (sum(np.prod(l.kernel.shape) for l in theirs) if "feed" in name else VOCABULARY * WIDTH)
+                    for name in forms}
+    print(f"machine: {cpu()}, keras {keras.__version__}, backend {keras.config.backend()}")
+    print(f"{args.steps} loop steps per call, best of {args.repeats} interleaved series")
+    print("| rows | products | ms per step | weight GB/s | Keras' / ours |")
+    print("|---:|---|---:|---:|---:|")
+    for count in args.rows:
+        x = np.random.default_rng(count).normal(size=(count, 1, WIDTH)).astype("float32")
+        compiled = {name: _compile(fn, variables) for name, fn in forms.items()}
+        outputs = {name: keras.ops.convert_to_numpy(fn(x)) for name, fn in compiled.items()}
+        names = list(forms)
+        for keras_name, our_name in (names[:2], names[2:]):
+            np.testing.assert_allclose(outputs[our_name], outputs[keras_name], rtol=1e-3, atol=1e-3)
+        best = best_interleaved({name: lambda fn=fn: keras.ops.convert_to_numpy(fn(x)) for name, fn in compiled.items()},
+                                args.repeats, per_call=args.steps)
+        for keras_name, our_name in (names[:2], names[2:]):
+            for name in (keras_name, our_name):
+                ratio = f"{best[keras_name] / best[name]:.2f}x" if name == our_name else ""
+                print(f"| {count} | {name} | {best[name] * 1e3:.2f} | {weight_bytes[name] / best[name] / 1e9:.1f} | {ratio} |")
+
+
+def _compile(fn, variables):
+    """`fn` compiled as the generator compiles its loop (`keras_tfam.generation.compile_function`: XLA on
+    TensorFlow, `jax.jit` with the weights passed in on JAX)."""
+    from keras_tfam.generation.generator import compile_function
+
+    return compile_function(fn, types.SimpleNamespace(variables=variables))
+
+
+if __name__ == "__main__":
+    main()
