@@ -80,6 +80,13 @@ def median_seconds(fn, warmup=3, repeats=10):
     return statistics.median(times)
 
 
+def refuse_non_positive(parser, args, *names):
+    """`parser.error` (exit 2, one line) for the first option among `names` below 1."""
+    for name in names:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
+
+
 def best_interleaved(functions, repeats, per_call=1):
     """`{name: best seconds per unit}` of each `fn()` in `functions`, called in turn `repeats` times.
 

@@ -40,9 +40,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=5, help="series of --steps steps each; the best counts")
     parser.add_argument("--steps", type=int, default=32, help="loop steps per call")
     args = parser.parse_args()
-    for name in ("repeats", "steps"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
+    from timing import refuse_non_positive
+
+    refuse_non_positive(parser, args, "repeats", "steps")
     import numpy as np
     import tensorflow as tf
 
