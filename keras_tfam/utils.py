@@ -127,7 +127,7 @@ def takes_int8_rows_product(inputs):
 
 
 # The most rows `columns_product` takes. Measured on a 2-core EPYC (AVX2), TensorFlow's XLA (`python
-# benchmarks/few_rows.py`, BENCHMARKS.md "Few rows"): GPT-2 small's feed-forward products 1.5-1.6x faster
+# benchmarks/few_rows.py`, BENCHMARKS.md, "A few rows"): GPT-2 small's feed-forward products 1.5-1.6x faster
 # from 4 to 32 rows, 1.3x at 48, even at 64; its head 1.6-2.2x from 2 to 16 rows, 1.2x at 48, even at 64.
 MAX_FEW_ROWS = 64
 
@@ -226,8 +226,9 @@ def kernels_as_rows(variables):
     one, but a `(K, N)` kernel transposed inside a decoding loop is either transposed at every step or,
     as XLA folds the transpose into the product, read column by column. Transposed before the loop, the
     copies are loop invariants the loop reads as rows: one copy of the kernels per call (GPT-2 small:
-    340 MB, made in about 75 ms on 2 cores), made only where `takes_columns_product` would hold for float32 and the
-    copies take at most a quarter of the machine's memory. Elsewhere nothing is copied.
+    340 MB, made in about 75 ms on 2 cores), made only on a CPU (TensorFlow, JAX) and when the copies take
+    at most a quarter of the machine's memory. Elsewhere nothing is copied. Copies no layer reads (more
+    than `MAX_FEW_ROWS` rows, say) are dropped by the compiler.
     """
     chosen = {}
     if computes_on_cpu_only():

@@ -30,7 +30,7 @@ class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
     The logits of one row are `E @ h`, and on a CPU (TensorFlow, JAX) those
     of 2 to 64 float32 rows `(E @ h^T)^T` (`keras_tfam.utils.columns_product`):
     both read `E` as the rows it is stored as, where the CPU product `h @ E^T`
-    reads it at about half the speed (BENCHMARKS.md, "Few rows").
+    reads it at about half the speed (BENCHMARKS.md, "A few rows").
 
     Args:
         vocabulary_size: number of token ids `V`.
