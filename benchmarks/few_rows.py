@@ -1,6 +1,6 @@
-"""A few rows by float32 weights inside a decoding loop: Keras' product against `(rows @ x^T)^T`.
+"""A few rows by float32 or 16-bit weights inside a decoding loop: Keras' product against `(rows @ x^T)^T`.
 
-    python benchmarks/few_rows.py [--rows 2 4 8 16 32 64] [--repeats 5] [--steps 32]
+    python benchmarks/few_rows.py [--rows 2 4 8 16 32 64] [--repeats 5] [--steps 32] [--dtype bfloat16]
 
 Decoding a batch of B sequences multiplies B rows by every weight matrix, once per step, inside a
 compiled loop. On a CPU, XLA's product of `x (M, K)` by a `(K, N)` kernel reads the kernel at about half
@@ -15,9 +15,13 @@ transposed once before the loop (`keras_tfam.utils.kernels_as_rows`), and `TiedE
 - GPT-2 small's tied head (50,257 x 768): `keras.layers.ReversibleEmbedding` against
   `keras_tfam.layers.TiedEmbedding`.
 
+With `--dtype bfloat16` (or float16) every layer computes in that dtype, as `generation.with_dtype` makes
+a model: XLA's CPU product multiplies float32 copies of 16-bit weights (Keras' layers), and ours copies
+them to float32 rows before the loop; either way the loop reads float32 weights, counted at 4 bytes each.
+
 Every form runs in its own compiled loop of `--steps` steps, interleaved, best of `--repeats`; it prints
 milliseconds per step, the weight bytes read per second and the ratio, the machine first. The results
-are checked against each other (the same sums in another order: within float32 rounding).
+are checked against each other (the same sums in another order: within float32 rounding, or a 16-bit one).
 """
 
 import argparse
@@ -35,6 +39,8 @@ def main():
     parser.add_argument("--rows", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64], help="rows per product (2-64)")
     parser.add_argument("--repeats", type=int, default=5, help="series of --steps steps each; the best counts")
     parser.add_argument("--steps", type=int, default=32, help="loop steps per call")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                        help="the layers' dtype (weights and computation)")
     args = parser.parse_args()
     from timing import refuse_non_positive
 
@@ -53,16 +59,16 @@ def main():
     kernel_init = keras.initializers.RandomNormal(stddev=0.02)
     ours, theirs = [], []
     for units, width in [(4 * WIDTH, WIDTH), (WIDTH, 4 * WIDTH)] * LAYERS:
-        layer = Dense(units, kernel_initializer=kernel_init, bias_initializer=kernel_init)
+        layer = Dense(units, kernel_initializer=kernel_init, bias_initializer=kernel_init, dtype=args.dtype)
         layer.build((None, width))
-        keras_layer = keras.layers.Dense(units)
+        keras_layer = keras.layers.Dense(units, dtype=args.dtype)
         keras_layer.build((None, width))
         keras_layer.set_weights(layer.get_weights())
         ours.append(layer)
         theirs.append(keras_layer)
-    head = TiedEmbedding(VOCABULARY, WIDTH, embeddings_initializer=kernel_init)
+    head = TiedEmbedding(VOCABULARY, WIDTH, embeddings_initializer=kernel_init, dtype=args.dtype)
     head.build()
-    keras_head = keras.layers.ReversibleEmbedding(VOCABULARY, WIDTH, tie_weights=True)
+    keras_head = keras.layers.ReversibleEmbedding(VOCABULARY, WIDTH, tie_weights=True, dtype=args.dtype)
     keras_head.build()
     keras_head.set_weights(head.get_weights())
 
@@ -85,7 +91,8 @@ def main():
             def body(i, carry):
                 h, total = carry
                 out = layer(h, reverse=True)
-                return h + 1e-3 * out[..., :WIDTH], total + keras.ops.max(out, axis=-1)
+                out = keras.ops.cast(out, "float32")
+                return h + keras.ops.cast(1e-3 * out[..., :WIDTH], h.dtype), total + keras.ops.max(out, axis=-1)
 
             return keras.ops.fori_loop(0, args.steps, body, (x, keras.ops.zeros(x.shape[:-1])))[1]
 
@@ -100,17 +107,22 @@ def main():
     }
     weight_bytes = {name: 4 * (sum(np.prod(l.kernel.shape) for l in theirs) if "feed" in name else VOCABULARY * WIDTH)
                     for name in forms}
-    print(f"machine: {cpu()}, keras {keras.__version__}, backend {keras.config.backend()}")
+    print(f"machine: {cpu()}, keras {keras.__version__}, backend {keras.config.backend()}, dtype {args.dtype}")
     print(f"{args.steps} loop steps per call, best of {args.repeats} interleaved series")
     print("| rows | products | ms per step | weight GB/s | Keras' / ours |")
     print("|---:|---|---:|---:|---:|")
     for count in args.rows:
-        x = np.random.default_rng(count).normal(size=(count, 1, WIDTH)).astype("float32")
+        x = keras.ops.cast(np.random.default_rng(count).normal(size=(count, 1, WIDTH)).astype("float32"), args.dtype)
         compiled = {name: _compile(fn, variables) for name, fn in forms.items()}
-        outputs = {name: keras.ops.convert_to_numpy(fn(x)) for name, fn in compiled.items()}
+        outputs = {name: keras.ops.convert_to_numpy(keras.ops.cast(fn(x), "float32")) for name, fn in compiled.items()}
         names = list(forms)
         for keras_name, our_name in (names[:2], names[2:]):
-            np.testing.assert_allclose(outputs[our_name], outputs[keras_name], rtol=1e-3, atol=1e-3)
+            ours_out, keras_out = outputs[our_name], outputs[keras_name]
+            if args.dtype == "float32":
+                np.testing.assert_allclose(ours_out, keras_out, rtol=1e-3, atol=1e-3)
+            else:  # 384 16-bit roundings in another order drift apart element by element, not as a whole
+                drift = np.linalg.norm(ours_out - keras_out) / np.linalg.norm(keras_out)
+                assert drift < 2e-2, f"{our_name}: {drift:.3f} of {keras_name}'s norm apart"
         best = best_interleaved({name: lambda fn=fn: keras.ops.convert_to_numpy(fn(x)) for name, fn in compiled.items()},
                                 args.repeats, per_call=args.steps)
         for keras_name, our_name in (names[:2], names[2:]):

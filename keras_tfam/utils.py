@@ -155,16 +155,21 @@ def computes_on_cpu_only():
     return all(str(device).lower().startswith("cpu") for device in keras.distribution.list_devices())
 
 
-def takes_columns_product(inputs, weights):
-    """Whether a layer multiplies `inputs` by its float32 `weights` held as rows through `columns_product`.
+# Float dtypes `columns_product` multiplies: float32 as it is, the 16-bit ones in float32 (see there).
+COLUMNS_PRODUCT_DTYPES = ("float32", "bfloat16", "float16")
 
-    For a few rows (`few_rows`) in float32 under TensorFlow or JAX on a CPU. Elsewhere the backend's own
-    product: one row (`is_single_row` has its own forms), more rows, other dtypes, PyTorch, a GPU.
+
+def takes_columns_product(inputs, weights):
+    """Whether a layer multiplies `inputs` by its `weights` held as rows through `columns_product`.
+
+    For a few rows (`few_rows`) under TensorFlow or JAX on a CPU, `inputs` and `weights` of one float
+    dtype, float32 or 16-bit (`COLUMNS_PRODUCT_DTYPES`). Elsewhere the backend's own product: one row
+    (`is_single_row` has its own forms), more rows, int8, mixed dtypes, PyTorch, a GPU.
     """
     if few_rows(inputs) is None or not computes_on_cpu_only():
         return False
     dtypes = {keras.backend.standardize_dtype(weights.dtype), keras.backend.standardize_dtype(inputs.dtype)}
-    return dtypes == {"float32"}
+    return len(dtypes) == 1 and dtypes <= set(COLUMNS_PRODUCT_DTYPES)
 
 
 def columns_product(inputs, rows, bias=None):
@@ -180,6 +185,11 @@ def columns_product(inputs, rows, bias=None):
     NaN or infinity in a row makes that row's outputs NaN, as it nearly
     always does in the product itself).
 
+    bfloat16 or float16 `inputs` are multiplied as XLA's CPU backend
+    multiplies 16-bit matrices: in float32 (by `rows` as they are if
+    float32, say the copy `kernels_as_rows` makes, else widened), the
+    product rounded to the inputs' dtype, `bias` then added in it.
+
     Examples:
         >>> rows = np.array([[1.0, -2.0], [3.0, 4.0], [0.0, 5.0]], "float32")
         >>> keras.ops.convert_to_numpy(columns_product(np.array([[2.0, 1.0], [0.0, 1.0]], "float32"), rows))
@@ -191,21 +201,30 @@ def columns_product(inputs, rows, bias=None):
         raise ValueError(
             f"columns_product multiplies 2 to {MAX_FEW_ROWS} rows. Received: inputs of shape {tuple(inputs.shape)}"
         )
+    dtype = keras.backend.standardize_dtype(inputs.dtype)
+    narrow = dtype != "float32"
     flat = ops.reshape(inputs, (count, inputs.shape[-1]))
-    column = ops.multiply(flat[:, 0], 0)[None, :] if bias is None else ops.expand_dims(bias, -1)
+    if narrow:
+        flat, rows = ops.cast(flat, "float32"), ops.cast(rows, "float32")
+    column = ops.multiply(flat[:, 0], 0)[None, :] if bias is None or narrow else ops.expand_dims(bias, -1)
     # The column first: Keras' TensorFlow `add(x, y)` takes a `y` that squeezes to a vector as a bias of
     # `x`'s last axis, so `add(product, bias[:, None])` of a square product adds the bias along its rows.
     columns = ops.add(column, ops.matmul(rows, ops.transpose(flat)))
-    return ops.reshape(ops.transpose(columns), tuple(inputs.shape[:-1]) + (rows.shape[0],))
+    outputs = ops.reshape(ops.transpose(columns), tuple(inputs.shape[:-1]) + (rows.shape[0],))
+    if not narrow:
+        return outputs
+    outputs = ops.cast(outputs, dtype)
+    return outputs if bias is None else ops.add(outputs, ops.cast(bias, dtype))
 
 
-# Kernels a layer may read transposed inside `kernels_as_rows` (`id` -> variable; see `register_row_kernel`).
+# Kernels a layer may read as float32 rows inside `kernels_as_rows` (`id` -> variable; see `register_row_kernel`).
 _ROW_KERNELS = weakref.WeakValueDictionary()
 _TRANSPOSED = threading.local()
 
 
 def register_row_kernel(variable):
-    """Lets `kernels_as_rows` transpose `variable`, a `(K, N)` kernel its layer reads as `kernel_rows`."""
+    """Lets `kernels_as_rows` copy `variable`, a float `(K, N)` kernel, to float32 rows `(N, K)`, which its
+    layer reads as `kernel_rows`."""
     _ROW_KERNELS[id(variable)] = variable
 
 
@@ -219,14 +238,16 @@ def physical_memory_bytes():
 
 @contextlib.contextmanager
 def kernels_as_rows(variables):
-    """Inside: the registered float32 kernels among `variables` are transposed here, once, to rows `(N, K)`,
-    and their layers read them through `kernel_rows` (a decoding loop traced inside reads the copies).
+    """Inside: the registered float kernels among `variables` (float32, bfloat16, float16) are transposed
+    here, once, to float32 rows `(N, K)`, and their layers read them through `kernel_rows` (a decoding loop
+    traced inside reads the copies).
 
     A few rows by `(K, N)` weights is XLA's slow product on a CPU (`columns_product`); rows are the fast
     one, but a `(K, N)` kernel transposed inside a decoding loop is either transposed at every step or,
     as XLA folds the transpose into the product, read column by column. Transposed before the loop, the
     copies are loop invariants the loop reads as rows: one copy of the kernels per call (GPT-2 small:
-    340 MB, made in about 75 ms on 2 cores), made only on a CPU (TensorFlow, JAX) and when the copies take
+    340 MB, made in about 75 ms on 2 cores; a 16-bit kernel's copy takes the place of the float32 one
+    XLA's CPU product would make of it anyway), made only on a CPU (TensorFlow, JAX) and when the copies take
     at most a quarter of the machine's memory. Elsewhere nothing is copied. Copies no layer reads (more
     than `MAX_FEW_ROWS` rows, say) are dropped by the compiler.
     """
@@ -234,14 +255,14 @@ def kernels_as_rows(variables):
     if computes_on_cpu_only():
         for variable in variables:
             registered = _ROW_KERNELS.get(id(variable)) is variable
-            if registered and keras.backend.standardize_dtype(variable.dtype) == "float32":
+            if registered and keras.backend.standardize_dtype(variable.dtype) in COLUMNS_PRODUCT_DTYPES:
                 chosen[id(variable)] = variable
     size = sum(4 * math.prod(variable.shape) for variable in chosen.values())
     memory = physical_memory_bytes()
     if memory is not None and size > memory // 4:
         chosen = {}
     previous = getattr(_TRANSPOSED, "rows", None)
-    _TRANSPOSED.rows = {key: ops.transpose(variable) for key, variable in chosen.items()}
+    _TRANSPOSED.rows = {key: ops.transpose(ops.cast(variable, "float32")) for key, variable in chosen.items()}
     try:
         yield
     finally:
@@ -249,7 +270,8 @@ def kernels_as_rows(variables):
 
 
 def kernel_rows(variable):
-    """`variable` transposed by the enclosing `kernels_as_rows`, or `None` outside one (or not copied)."""
+    """`variable` as float32 rows, copied by the enclosing `kernels_as_rows`, or `None` outside one (or not
+    copied)."""
     rows = getattr(_TRANSPOSED, "rows", None)
     return None if rows is None else rows.get(id(variable))
 

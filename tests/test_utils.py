@@ -103,6 +103,33 @@ def test_columns_product_is_the_formula_for_a_few_rows(shape):
     assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2]]).all()
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("rows_dtype", ["float32", "same"])
+def test_columns_product_of_16_bit_rows_is_the_float32_product_rounded_then_the_bias(dtype, rows_dtype):
+    """16-bit inputs: the float32 product of their values (by float32 rows, the copy `kernels_as_rows`
+    makes, or by 16-bit rows), rounded to their dtype, then the bias added in it; as XLA's CPU backend
+    multiplies 16-bit matrices and Keras' Dense adds its bias."""
+    import ml_dtypes
+    from backend import compiled
+
+    narrow = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(8, 1, 16)).astype(narrow)
+    rows = rng.normal(size=(6, 16)).astype(narrow)
+    bias = rng.normal(size=(6,)).astype(narrow)
+    product = (x.astype("float64") @ rows.T.astype("float64")).astype(narrow)
+    expected = (product.astype("float64") + bias.astype("float64")).astype(narrow).astype("float64")
+    rows_in = rows.astype("float32") if rows_dtype == "float32" else rows
+    args = [keras.ops.convert_to_tensor(a, dtype) for a in (x, bias)]
+    for fn in (columns_product, compiled(columns_product)):
+        out = fn(args[0], keras.ops.convert_to_tensor(rows_in), args[1])
+        assert keras.backend.standardize_dtype(out.dtype) == dtype
+        out = keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")).astype("float64")
+        # The float32 sum rounded to 16 bits may differ from the exact sum rounded: one unit in the last place.
+        ulp = 2.0 ** (-7 if dtype == "bfloat16" else -10)
+        np.testing.assert_allclose(out, expected, rtol=2 * ulp, atol=2 * ulp * np.abs(expected).max())
+
+
 @pytest.mark.parametrize("shape", [(1, 4), (1, 1, 4), (65, 4), (5, 13, 4)])
 def test_columns_product_refuses_one_row_and_many(shape):
     with pytest.raises(ValueError, match=rf"2 to 64 rows. Received: inputs of shape \({shape[0]}, "):
@@ -110,27 +137,32 @@ def test_columns_product_refuses_one_row_and_many(shape):
 
 
 @pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="PyTorch decodes eagerly: no copies")
-def test_kernels_as_rows_transposes_registered_float32_kernels_within_a_memory_budget(monkeypatch):
+def test_kernels_as_rows_transposes_registered_float_kernels_to_float32_within_a_memory_budget(monkeypatch):
     rng = np.random.default_rng(4)
     kernel = keras.Variable(rng.normal(size=(4, 6)).astype("float32"))
     unregistered = keras.Variable(rng.normal(size=(4, 6)).astype("float32"))
-    narrow = keras.Variable(rng.normal(size=(4, 6)).astype("float32"), dtype="bfloat16")
-    for variable in (kernel, narrow):
+    half = keras.Variable(rng.normal(size=(4, 6)).astype("float32"), dtype="bfloat16")
+    int8 = keras.Variable(rng.integers(-127, 128, size=(4, 6)).astype("int8"), dtype="int8", trainable=False)
+    for variable in (kernel, half, int8):
         register_row_kernel(variable)
-    with kernels_as_rows([kernel, unregistered, narrow]):
+    with kernels_as_rows([kernel, unregistered, half, int8]):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(kernel_rows(kernel)), np.asarray(kernel).T)
-        assert kernel_rows(unregistered) is None and kernel_rows(narrow) is None
+        widened = kernel_rows(half)  # a bfloat16 kernel's rows, exactly, in float32
+        assert keras.backend.standardize_dtype(widened.dtype) == "float32"
+        half_values = keras.ops.convert_to_numpy(keras.ops.cast(half, "float32"))
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(widened), half_values.T)
+        assert kernel_rows(unregistered) is None and kernel_rows(int8) is None
         with kernels_as_rows([]):  # nested: the inner copies only
             assert kernel_rows(kernel) is None
         assert kernel_rows(kernel) is not None
     assert kernel_rows(kernel) is None
-    # Copies larger than a quarter of the machine's memory are not made.
-    monkeypatch.setattr(utils, "physical_memory_bytes", lambda: 4 * 4 * 24 - 1)
-    with kernels_as_rows([kernel]):
-        assert kernel_rows(kernel) is None
-    monkeypatch.setattr(utils, "physical_memory_bytes", lambda: 4 * 4 * 24)
-    with kernels_as_rows([kernel]):
-        assert kernel_rows(kernel) is not None
+    # Copies larger than a quarter of the machine's memory are not made (a 16-bit kernel's copy: 4 bytes a weight).
+    monkeypatch.setattr(utils, "physical_memory_bytes", lambda: 4 * 4 * 48 - 1)
+    with kernels_as_rows([kernel, half]):
+        assert kernel_rows(kernel) is None and kernel_rows(half) is None
+    monkeypatch.setattr(utils, "physical_memory_bytes", lambda: 4 * 4 * 48)
+    with kernels_as_rows([kernel, half]):
+        assert kernel_rows(kernel) is not None and kernel_rows(half) is not None
 
 
 def test_bfloat16_rows_are_widened_exactly_and_multiplied_in_float32():

@@ -50,13 +50,17 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
       (`keras_tfam.utils.rows_product`), two bytes per weight: the kernel
       transposed once per compiled call (XLA hoists it out of a decoding
       loop), then read as rows. The product is float32, as XLA's.
-    - **A few rows** (2 to 64, float32: decoding a batch, or beams). XLA's
-      CPU product of `x (M, K)` by the `(K, N)` kernel reads it at about half
-      the speed of the product of the kernel's rows `(N, K)` by `x^T`. Inside
+    - **A few rows** (2 to 64: decoding a batch, or beams). XLA's CPU
+      product of `x (M, K)` by the `(K, N)` kernel reads it at about half the
+      speed of the product of the kernel's rows `(N, K)` by `x^T`. Inside
       `keras_tfam.utils.kernels_as_rows` (the generator's decoding loop) the
       kernel is transposed once before the loop, and the layer computes
       `(rows @ x^T + bias)^T` (`keras_tfam.utils.columns_product`): the same
-      sums, in another order (within float32 rounding of Keras' product).
+      sums, in another order (within float32 rounding of Keras' product). A
+      bfloat16 or float16 kernel is copied to float32 rows, the copy XLA's
+      own 16-bit product multiplies (so no more memory than Keras' layer),
+      and the product is rounded to the layer's dtype before the bias, as
+      Keras' is.
 
     More rows take Keras' own computation, on the same variables.
 

@@ -28,9 +28,10 @@ class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
     checked ids: `quantize("int8" | "int4")` quantizes the one matrix for
     both directions, and `enable_lora(rank)` adapts both, as Keras does.
     The logits of one row are `E @ h`, and on a CPU (TensorFlow, JAX) those
-    of 2 to 64 float32 rows `(E @ h^T)^T` (`keras_tfam.utils.columns_product`):
-    both read `E` as the rows it is stored as, where the CPU product `h @ E^T`
-    reads it at about half the speed (BENCHMARKS.md, "A few rows").
+    of 2 to 64 rows `(E @ h^T)^T` (`keras_tfam.utils.columns_product`; a
+    bfloat16 or float16 `E` in float32, as XLA multiplies it): both read `E`
+    as the rows it is stored as, where the CPU product `h @ E^T` reads it at
+    about half the speed (BENCHMARKS.md, "A few rows").
 
     Args:
         vocabulary_size: number of token ids `V`.
@@ -90,7 +91,8 @@ class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
             elif takes_columns_product(inputs, self.embeddings) and self.logit_soft_cap is None \
                     and self.reverse_dtype is None:
                 # A few rows (decoding a batch): `(E @ h^T)^T` reads `E` as the rows it is, about twice as fast
-                # as the CPU product `h @ E^T` for 2 to 16 rows (`keras_tfam.utils.columns_product`).
+                # as the CPU product `h @ E^T` for 2 to 16 rows (`keras_tfam.utils.columns_product`). A 16-bit
+                # `E` is widened to float32 there, a loop invariant XLA hoists out of a decoding loop.
                 logits = columns_product(inputs, self.embeddings)
             else:
                 logits = super().call(inputs, reverse=True)

@@ -171,10 +171,12 @@ def test_a_few_rows_inside_kernels_as_rows_equal_keras_dense_and_the_formula(sha
 
 
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loops")
-def test_a_few_rows_read_the_kernel_transposed_once_before_the_loop():
-    """In the loop, the product of 8 rows is `(N, K) @ (K, 8)` over a loop-carried transposed copy of the
-    kernel, made before the loop; Keras' Dense multiplies `(8, K) @ (K, N)`, the slow form on a CPU."""
-    x = rng.normal(size=(8, 1, 24)).astype("float32")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_few_rows_read_the_kernel_transposed_once_before_the_loop(dtype):
+    """In the loop, the product of 8 rows is `(N, K) @ (K, 8)` in float32 over a loop-carried copy of the
+    kernel, transposed (and a bfloat16 kernel widened) before the loop, not at each step; Keras' Dense
+    multiplies `(8, K) @ (K, N)`, the slow form on a CPU."""
+    x = keras.ops.cast(rng.normal(size=(8, 1, 24)).astype("float32"), dtype)
 
     def compiled_loop(layer):
         """The optimized HLO of the loop and the text of its body computation."""
@@ -186,15 +188,50 @@ def test_a_few_rows_read_the_kernel_transposed_once_before_the_loop():
         name = re.search(r"body=(%[\w.\-]+)", hlo).group(1)
         return hlo, next(c for c in hlo.split("\n\n") if c.startswith(name + " "))
 
-    hlo, body = compiled_loop(Dense(24))
+    hlo, body = compiled_loop(Dense(24, dtype=dtype))
     assert re.search(r"= f32\[24,8\]\{1,0\} dot\(", hlo) and not re.search(r"= f32\[8,24\]\{1,0\} dot\(", hlo)
-    assert not re.search(r"= f32\[24,24\]\{[0-9,]*\} (copy|transpose)\(", body)  # no copy at each step
-    hlo, _ = compiled_loop(keras.layers.Dense(24))  # Keras' Dense reads no copy: what the test guards against
+    assert not re.search(r"= f32\[24,24\]\{[0-9,]*\} (copy|transpose|convert)\(", body)  # no copy at each step
+    hlo, _ = compiled_loop(keras.layers.Dense(24, dtype=dtype))  # Keras' Dense: what the test guards against
     assert re.search(r"= f32\[8,24\]\{1,0\} dot\(", hlo)
-    int8 = Dense(24)
-    int8.build((None, 24))
-    int8.quantize("int8")
-    assert not re.search(r"= f32\[24,8\]\{1,0\} dot\(", compiled_loop(int8)[0])  # int8: its own product
+    if dtype == "float32":
+        int8 = Dense(24)
+        int8.build((None, 24))
+        int8.quantize("int8")
+        assert not re.search(r"= f32\[24,8\]\{1,0\} dot\(", compiled_loop(int8)[0])  # int8: its own product
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_few_rows_of_a_16_bit_layer_inside_kernels_as_rows_equal_keras_dense_and_the_formula(dtype):
+    """A 16-bit kernel inside `kernels_as_rows`: copied to float32 rows once, the product of 8 rows rounded to
+    the layer's dtype, then the bias: Keras' 16-bit Dense within a rounding, eagerly, compiled and in a loop."""
+    ours = Dense(24, bias_initializer="random_normal", activation="gelu", dtype=dtype)
+    theirs = keras.layers.Dense(24, activation="gelu", dtype=dtype)
+    for layer in (ours, theirs):
+        layer.build((None, 24))
+    theirs.set_weights(ours.get_weights())
+    x = keras.ops.cast(rng.normal(size=(8, 1, 24)).astype("float32"), dtype)
+    kernel, bias = (keras.ops.convert_to_numpy(keras.ops.cast(w, "float32")) for w in ours.weights)
+    x32 = keras.ops.convert_to_numpy(keras.ops.cast(x, "float32"))
+    formula = keras.ops.convert_to_numpy(keras.ops.gelu(x32 @ kernel + bias, approximate=False))
+    expected = keras.ops.convert_to_numpy(keras.ops.cast(theirs(x), "float32"))
+    tolerance = 2e-2 if dtype == "bfloat16" else 3e-3  # a few roundings to the dtype
+
+    def inside(x):
+        with kernels_as_rows(ours.variables):
+            assert (kernel_rows(ours.kernel) is not None) == (BACKEND in ("tensorflow", "jax"))
+            return ours(x)
+
+    for fn in (inside, compiled(inside)):
+        out = fn(x)
+        assert keras.backend.standardize_dtype(out.dtype) == dtype
+        out = keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))
+        np.testing.assert_allclose(out, expected, rtol=tolerance, atol=tolerance)
+        np.testing.assert_allclose(out, formula, rtol=tolerance, atol=tolerance)
+    loop = _RowsLoop(ours)
+    loop.build(x.shape)
+    twice = keras.ops.convert_to_numpy(keras.ops.cast(_Loop(theirs)(x), "float32"))
+    out = keras.ops.convert_to_numpy(keras.ops.cast(compiled(loop)(x), "float32"))
+    np.testing.assert_allclose(out, twice, rtol=5 * tolerance, atol=5 * tolerance)
 
 
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loop-invariant code motion")

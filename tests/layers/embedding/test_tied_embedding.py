@@ -105,6 +105,37 @@ def test_a_few_rows_of_logits_read_the_table_as_rows():
     assert re.search(r"= f32\[8,512\]\{1,0\} dot\(", optimized_hlo(keras_layer, hidden, reverse=True))
 
 
+@pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="XLA's loops")
+def test_a_few_rows_of_bfloat16_logits_in_a_loop_read_a_float32_table_widened_once():
+    """8 rows of a bfloat16 table inside a decoding-like loop: `(E @ h^T)^T` in float32, the widening of `E`
+    hoisted out of the loop by XLA (a loop invariant), not done at each step."""
+    import re
+
+    from backend import optimized_hlo
+
+    layer = TiedEmbedding(512, 64, dtype="bfloat16")
+    layer.build()
+
+    class Loop(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.head = layer
+
+        def call(self, h):
+            step = lambda i, h: h + keras.ops.cast(self.head(h, reverse=True)[..., :64], h.dtype)  # noqa: E731
+            return keras.ops.fori_loop(0, 3, step, h)
+
+    hidden = keras.ops.cast(rng.normal(size=(8, 1, 64)).astype("float32"), "bfloat16")
+    loop = Loop()
+    loop.build(hidden.shape)
+    hlo = optimized_hlo(loop, hidden)
+    name = re.search(r"body=(%[\w.\-]+)", hlo).group(1)
+    body = next(c for c in hlo.split("\n\n") if c.startswith(name + " "))
+    assert re.search(r"= f32\[512,8\]\{1,0\} dot\(", hlo)
+    # The loop carries the widened table; nothing in its body widens it again.
+    assert "f32[512,64]" in body.split("\n")[0] and not re.search(r"f32\[512,64\]\{[0-9,]*\} convert\(", body)
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 8)])
 def test_bfloat16_logits_are_the_float32_product_of_the_bfloat16_table(shape, monkeypatch):
     """One row of a bfloat16 table, where its widened rows pay (an AVX2 CPU): `E @ h` in float32 over the
