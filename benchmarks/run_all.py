@@ -155,6 +155,10 @@ def main():
     machine = machines.pop()
     command = "python benchmarks/run_all.py --peers-python .venv-peers/bin/python" + (
         " --nanogpt NANOGPT" if "training" in runs else " --only decoding")
+    if args.source:  # say how the tables were made: each script run on its own, then written from its JSON
+        scripts = {"decoding": "generate_vs_transformers.py", "training": "nanogpt_cpu.py"}
+        command = (" and ".join(f"benchmarks/{scripts[name]} --json" for name in runs)
+                   + "`, written by `python benchmarks/run_all.py --from DIR")
     write_block(args.benchmarks_md, machine, machine_block(machine, runs, command))
     print(f"\n{machine}: {', '.join(runs)} written into {os.path.relpath(args.benchmarks_md)} (JSON in {folder})")
 

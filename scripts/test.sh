@@ -29,7 +29,7 @@ second_lane_log=$(mktemp)
 (
   set +e
   echo "== training to quality thresholds"
-  .venv/bin/python -m pytest -q -p no:xdist -m training
+  .venv/bin/python -m pytest -q -p no:xdist --durations=15 -m training
   training=$?
   echo "== the layer and decoding-model harnesses and the losses on PyTorch"
   # Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
@@ -47,12 +47,13 @@ second_lane=$!
 trap '{ pkill -P "$second_lane"; kill "$second_lane"; } 2>/dev/null || true; rm -f "$second_lane_log"' EXIT
 
 status=0
+# Each phase ends with its 15 slowest tests and their times: where to look when CI nears its budget.
 echo "== TensorFlow: everything but the training tests"
-XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not training" || status=1
+XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "not training" || status=1
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention contract,
 # GPT-2 and Hugging Face parity), again on JAX.
-XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "every_backend and not training" \
+XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "every_backend and not training" \
   tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
   tests/test_backend_neutral.py tests/test_cpu.py || status=1
