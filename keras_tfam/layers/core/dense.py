@@ -57,10 +57,9 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
       kernel is transposed once before the loop, and the layer computes
       `(rows @ x^T + bias)^T` (`keras_tfam.utils.columns_product`): the same
       sums, in another order (within float32 rounding of Keras' product). A
-      bfloat16 or float16 kernel is copied to float32 rows, the copy XLA's
-      own 16-bit product multiplies (so no more memory than Keras' layer),
-      and the product is rounded to the layer's dtype before the bias, as
-      Keras' is.
+      bfloat16 or float16 kernel is copied to float32 rows, in place of the
+      float32 copy XLA's own 16-bit product makes, and the product is
+      rounded to the layer's dtype before the bias, as Keras' is.
 
     More rows take Keras' own computation, on the same variables.
 
