@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Creates (or reuses) .venv, installs keras_tfam with its test and torch extras, runs the tests: the
-# whole suite on TensorFlow; beside it, in a second lane, the training tests, the layer and decoding-model
-# harnesses and the losses on PyTorch, then the backend-neutral library (layer harness, ops, losses,
-# generation, GPT-2 cached == uncached, Hugging Face parity) again on JAX. Arguments go to a single
-# pytest run instead.
+# whole suite on TensorFlow, then the backend-neutral library (layer harness, ops, losses, generation,
+# GPT-2 cached == uncached, Hugging Face parity) again on JAX; beside them, in a second lane, the
+# training tests and then the layer and decoding-model harnesses and the losses on PyTorch. Arguments
+# go to a single pytest run instead.
 # Two pytest workers (pytest-xdist), a test file each at a time: most tests are small models whose
 # time goes to tracing and compiling on one core, so two at once keep both cores busy.
 # pytest exits non-zero when it fails or collects no test, and so does this script (after every lane).
@@ -20,12 +20,11 @@ fi
 # unchanged. The training tests run many steps, so they keep XLA's defaults.
 O0="--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false ${XLA_FLAGS:-}"
 
-# Two lanes at once, so that both cores stay busy to the end: two workers run the TensorFlow phase (the
-# longest) while a second lane runs the training tests, then the PyTorch phase, then the JAX phase on two
-# workers of its own. Each phase run after another ended with a core idle behind its last test file and
-# paid its start-up on the critical path: with the JAX phase after the TensorFlow one, the two lanes took
-# 1,583-1,654 s on a 2-core AMD EPYC, ~50 s of it one core idle between and at the end of the phases.
-# The second lane's output follows the first's.
+# Two lanes at once, so that both cores stay busy to the end: one process runs the training tests and
+# then the PyTorch phase while two workers run the TensorFlow and then the JAX phase. Run one after the
+# other, each phase ended with a core idle behind its longest test (the eight training tests: 216 s for
+# ~150 s of work on two workers) and paid its own start-up; together the lanes took 1,551-1,589 s against
+# 1,535-1,667 s on a 2-core AMD EPYC. The second lane's output follows the first's.
 second_lane_log=$(mktemp)
 (
   set +e
@@ -40,16 +39,7 @@ second_lane_log=$(mktemp)
     -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees" tests/layers \
     tests/models/test_decoding_models.py tests/losses
   torch=$?
-  echo "== the library on the JAX backend"
-  # What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention
-  # contract, GPT-2 and Hugging Face parity), again on JAX.
-  XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 \
-    -m "every_backend and not training" tests/ops tests/losses tests/generation tests/layers \
-    tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py tests/convert/test_huggingface_gpt2.py \
-    tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py tests/test_backend_neutral.py \
-    tests/test_cpu.py
-  jax=$?
-  exit $(( training != 0 || torch != 0 || jax != 0 ))
+  exit $(( training != 0 || torch != 0 ))
 ) > "$second_lane_log" 2>&1 &
 second_lane=$!
 # Stopped early (a signal, an error of this script): the second lane's pytest stops too.
@@ -60,6 +50,13 @@ status=0
 # Each phase ends with its 15 slowest tests and their times: where to look when CI nears its budget.
 echo "== TensorFlow: everything but the training tests"
 XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "not training" || status=1
+echo "== the library on the JAX backend"
+# What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention contract,
+# GPT-2 and Hugging Face parity), again on JAX.
+XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "every_backend and not training" \
+  tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
+  tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
+  tests/test_backend_neutral.py tests/test_cpu.py || status=1
 wait "$second_lane" || status=1
 cat "$second_lane_log"
 exit "$status"

@@ -108,8 +108,23 @@ def greedy_by_full_passes(model, prompt, steps):
     The sequence sits right-padded in a buffer of its final length, so every pass has one shape (one
     compilation on JAX); a causal model's logits at the last real position do not see the padding.
     """
-    tokens = np.zeros((1, len(prompt) + steps), "int32")
-    tokens[0, : len(prompt)] = prompt
-    for t in range(len(prompt), tokens.shape[1]):
-        tokens[0, t] = forward(model, tokens)[0, t - 1].argmax()
-    return tokens[0].tolist()
+    return greedy_rows_by_full_passes(model, [prompt], steps)[0]
+
+
+def greedy_rows_by_full_passes(model, prompts, steps):
+    """`greedy_by_full_passes` of each prompt, the prompts as rows of one batch: a pass per position.
+
+    Each row sits right-padded in a buffer of the longest final length; a row takes its next token from
+    each pass while it has tokens left to generate (a causal model's logits at a row's last real
+    position see neither the padding nor the other rows).
+    """
+    lengths = [len(prompt) for prompt in prompts]
+    tokens = np.zeros((len(prompts), max(lengths) + steps), "int32")
+    for row, prompt in enumerate(prompts):
+        tokens[row, : len(prompt)] = prompt
+    for t in range(min(lengths), tokens.shape[1]):
+        logits = forward(model, tokens)
+        for row, length in enumerate(lengths):
+            if length <= t < length + steps:
+                tokens[row, t] = logits[row, t - 1].argmax()
+    return [tokens[row, : length + steps].tolist() for row, length in enumerate(lengths)]

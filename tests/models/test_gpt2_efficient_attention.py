@@ -5,7 +5,7 @@ import json
 import keras
 import numpy as np
 import pytest
-from backend import greedy_by_full_passes
+from backend import greedy_rows_by_full_passes
 
 from keras_tfam.layers.attention.registry import ATTENTIONS
 from keras_tfam.models import GPT2LM
@@ -30,8 +30,7 @@ def test_cached_generation_equals_uncached_passes(kind):
     prompts = [[5, 8, 11], [40, 43, 46, 49, 52]]
     # XLA on JAX (eager JAX is slow); a plain graph on TensorFlow (XLA compiles slowly; test_gpt2_lm has it).
     generated = model.generate(prompts, max_new_tokens=8, jit_compile=keras.config.backend() == "jax")
-    for row, prompt in zip(generated, prompts):
-        expected = greedy_by_full_passes(model, prompt, 8)
+    for row, expected in zip(generated, greedy_rows_by_full_passes(model, prompts, 8)):
         assert list(row[: len(expected)]) == expected
 
 
