@@ -5,7 +5,9 @@
 # training tests and then the layer and decoding-model harnesses and the losses on PyTorch. Arguments
 # go to a single pytest run instead.
 # Two pytest workers (pytest-xdist), a test file each at a time: most tests are small models whose
-# time goes to tracing and compiling on one core, so two at once keep both cores busy.
+# time goes to tracing and compiling on one core, so two at once keep both cores busy. The files are
+# queued longest first, from the seconds a recorded run took (tests/conftest.py), so that neither worker
+# ends with the other's core idle behind a long file.
 # pytest exits non-zero when it fails or collects no test, and so does this script (after every lane).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,11 +51,11 @@ trap '{ pkill -P "$second_lane"; kill "$second_lane"; } 2>/dev/null || true; rm 
 status=0
 # Each phase ends with its 15 slowest tests and their times: where to look when CI nears its budget.
 echo "== TensorFlow: everything but the training tests"
-XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "not training" || status=1
+XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -m "not training" || status=1
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention contract,
 # GPT-2 and Hugging Face parity), again on JAX.
-XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "every_backend and not training" \
+XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -m "every_backend and not training" \
   tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
   tests/test_backend_neutral.py tests/test_cpu.py || status=1

@@ -1,4 +1,7 @@
+import collections
+import json
 import os
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -41,10 +44,59 @@ def runs_on_every_backend(item):
     )
 
 
+# The order the test files run in. Two pytest-xdist workers take whole files from one queue
+# (`--dist loadfile --no-loadscope-reorder`); a file that starts last and runs a minute leaves the other
+# core idle for that minute. So the queue starts with the files that took longest on this backend in a
+# recorded run (tests/file_seconds.json, longest first: the short ones fill in at the end). A file not
+# recorded yet counts as UNRECORDED_FILE_SECONDS. The order changes no result, only the idle tail; to
+# record a run: TFAM_RECORD_FILE_SECONDS=tests/file_seconds.json bash scripts/test.sh
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+UNRECORDED_FILE_SECONDS = 10.0
+
+
+def _backend():
+    return os.environ["KERAS_BACKEND"]
+
+
+def _file_of(nodeid):
+    return nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if runs_on_every_backend(item):
             item.add_marker("every_backend")
+    seconds = json.loads(FILE_SECONDS.read_text()).get(_backend(), {}) if FILE_SECONDS.exists() else {}
+    # A stable sort: the tests of one file stay together and in their own order.
+    items.sort(key=lambda item: -seconds.get(_file_of(item.nodeid), UNRECORDED_FILE_SECONDS))
+
+
+class _FileSecondsRecorder:
+    """Sums each file's setup, call and teardown seconds and merges them into `path` at the end of the
+    session, under the backend's name (a run of part of the suite updates only the files it ran)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.seconds = collections.defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[_file_of(report.nodeid)] += report.duration
+
+    def pytest_sessionfinish(self, session):
+        recorded = json.loads(self.path.read_text()) if self.path.exists() else {}
+        backend = recorded.setdefault(_backend(), {})
+        backend.update({name: round(s, 1) for name, s in self.seconds.items()})
+        recorded[_backend()] = dict(sorted(backend.items(), key=lambda kv: -kv[1]))
+        self.path.write_text(json.dumps(recorded, indent=1, sort_keys=False) + "\n")
+
+
+def pytest_configure(config):
+    path = os.environ.get("TFAM_RECORD_FILE_SECONDS")
+    # The controller of a run with xdist's workers records (they report to it); the runs without workers
+    # (the training and PyTorch lanes) take their files in any order and record nothing.
+    distributed = config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None)
+    if path and distributed and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_FileSecondsRecorder(path), "tfam_file_seconds")
 
 
 @pytest.fixture(autouse=True)
