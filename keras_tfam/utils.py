@@ -164,7 +164,8 @@ def takes_columns_product(inputs, weights):
 
     For a few rows (`few_rows`) under TensorFlow or JAX on a CPU, `inputs` and `weights` of one float
     dtype, float32 or 16-bit (`COLUMNS_PRODUCT_DTYPES`). Elsewhere the backend's own product: one row
-    (`is_single_row` has its own forms), more rows, int8, mixed dtypes, PyTorch, a GPU.
+    (`is_single_row` has its own forms: `takes_one_row_by_rows`), more rows, int8, mixed dtypes, PyTorch,
+    a GPU.
     """
     if few_rows(inputs) is None or not computes_on_cpu_only():
         return False
@@ -215,6 +216,36 @@ def columns_product(inputs, rows, bias=None):
         return outputs
     outputs = ops.cast(outputs, dtype)
     return outputs if bias is None else ops.add(outputs, ops.cast(bias, dtype))
+
+
+def takes_one_row_by_rows(inputs, weights):
+    """Whether a layer multiplies one row of float32 `inputs` by the float32 rows `kernels_as_rows` copied
+    of its float32 `weights` (`one_row_by_rows`): under TensorFlow on a CPU (where `kernel_rows` has them).
+    JAX keeps its own product, and bfloat16 and int8 weights their own one-row forms (`rows_product`)."""
+    if keras.backend.backend() != "tensorflow" or not is_single_row(inputs):
+        return False
+    dtypes = {keras.backend.standardize_dtype(weights.dtype), keras.backend.standardize_dtype(inputs.dtype)}
+    return dtypes == {"float32"}
+
+
+def one_row_by_rows(inputs, rows):
+    """`inputs @ rows^T` for one row of `inputs` `(1, ..., K)` by weights held as rows `(N, K)`.
+
+    Computed as the matrix-vector product `rows @ x`, which XLA's CPU backend
+    reads row by row; inside a decoding loop, over the rows `kernels_as_rows`
+    copied before it, GPT-2 small's float32 batch-1 step took 22.0 ms against
+    24.3 for `x @ kernel` (`BENCHMARKS.md`, `benchmarks/one_row_rows.py`). (`x @ rows^T` is not the same
+    product there: XLA transposes `rows` back inside the loop, element by
+    element.) Add a bias as `x - (-bias)`: XLA fuses `dot + add` of one row
+    into a single-threaded loop (see `keras_tfam.layers.Dense`).
+
+    Examples:
+        >>> rows = np.array([[1.0, -2.0], [3.0, 4.0], [0.0, 5.0]], "float32")
+        >>> keras.ops.convert_to_numpy(one_row_by_rows(np.array([[2.0, 1.0]], "float32"), rows))
+        array([[ 0., 10.,  5.]], dtype=float32)
+    """
+    vector = ops.reshape(inputs, (inputs.shape[-1],))
+    return ops.reshape(ops.matmul(rows, vector), tuple(inputs.shape[:-1]) + (rows.shape[0],))
 
 
 # Kernels a layer may read as float32 rows inside `kernels_as_rows` (`id` -> variable; see `register_row_kernel`).

@@ -10,11 +10,13 @@ from keras_tfam.utils import (
     columns_product,
     is_single_row,
     kernel_rows,
+    one_row_by_rows,
     register_row_kernel,
     rows_product,
     takes_bfloat16_rows_product,
     takes_columns_product,
     takes_int8_rows_product,
+    takes_one_row_by_rows,
 )
 
 
@@ -32,7 +34,12 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
       multithreaded product on 2 cores (`BENCHMARKS.md`, batch-1 decoding:
       +30% tokens/s). So for a one-row input this layer adds the bias as
       `x - (-bias)`, which XLA does not output-fuse. Negation is exact, so
-      the result is bit-identical to `x + bias`.
+      the result is bit-identical to `x + bias`. Inside
+      `keras_tfam.utils.kernels_as_rows` (the generator's decoding loop, under
+      TensorFlow) the row is multiplied by the kernel's rows, copied once
+      before the loop, as `rows @ x` (`keras_tfam.utils.one_row_by_rows`):
+      GPT-2 small's batch-1 step is 6-10% faster than over the `(K, N)`
+      kernel (`BENCHMARKS.md`). The same sums, in another order.
     - **int8** (`quantize("int8")`, Keras' per-output-channel scales). The
       int8 kernel is kept as rows, `(units, input_dim)`, and a one-row input
       is multiplied by it in float with `keras_tfam.utils.rows_product`,
@@ -82,10 +89,15 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
 
     def call(self, inputs, training=None):
         rows = kernel_rows(self._kernel)
-        if rows is not None and self.quantization_mode is None and not self.lora_enabled \
-                and takes_columns_product(inputs, self._kernel):
-            x = columns_product(inputs, rows, self.bias)
-            return x if self.activation is None else self.activation(x)
+        if rows is not None and self.quantization_mode is None and not self.lora_enabled:
+            if takes_columns_product(inputs, self._kernel):
+                x = columns_product(inputs, rows, self.bias)
+                return x if self.activation is None else self.activation(x)
+            if takes_one_row_by_rows(inputs, self._kernel):
+                x = one_row_by_rows(inputs, rows)
+                if self.bias is not None:
+                    x = ops.subtract(x, ops.negative(self.bias))
+                return x if self.activation is None else self.activation(x)
         if takes_bfloat16_rows_product(inputs, self._kernel):
             x = rows_product(inputs, ops.transpose(self.kernel), self.compute_dtype)
             if self.bias is not None:

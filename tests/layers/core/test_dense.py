@@ -142,10 +142,11 @@ class _RowsLoop(_Loop):
             return super().call(x)
 
 
-@pytest.mark.parametrize("shape", [(8, 1, 8), (2, 3, 8), (64, 8)])
+@pytest.mark.parametrize("shape", [(8, 1, 8), (2, 3, 8), (64, 8), (1, 1, 8), (1, 8)])
 def test_a_few_rows_inside_kernels_as_rows_equal_keras_dense_and_the_formula(shape):
-    """Inside `kernels_as_rows` (TensorFlow, a CPU: the kernel transposed once), 2 to 64 rows take
-    `(rows @ x^T + bias)^T`: Keras' result within float32 rounding, eagerly, compiled and in a loop."""
+    """Inside `kernels_as_rows` (TensorFlow, JAX, a CPU: the kernel transposed once), 2 to 64 rows take
+    `(rows @ x^T + bias)^T` and one row on TensorFlow `x @ rows^T - (-bias)`: Keras' result within float32
+    rounding, eagerly, compiled and in a loop."""
     ours, theirs = _pair(8, activation="gelu")
     x = rng.normal(size=shape).astype("float32")
     kernel, bias = (np.asarray(w) for w in ours.get_weights())
@@ -232,6 +233,42 @@ def test_a_few_rows_of_a_16_bit_layer_inside_kernels_as_rows_equal_keras_dense_a
     twice = keras.ops.convert_to_numpy(keras.ops.cast(_Loop(theirs)(x), "float32"))
     out = keras.ops.convert_to_numpy(keras.ops.cast(compiled(loop)(x), "float32"))
     np.testing.assert_allclose(out, twice, rtol=5 * tolerance, atol=5 * tolerance)
+
+
+class _FeedForwardLoop(keras.layers.Layer):
+    """Three steps of `h + up(down(h))` in a loop inside `kernels_as_rows`, as a decoding loop runs a feed-forward."""
+
+    def __init__(self, width, hidden):
+        super().__init__(name="feed_forward_loop")
+        self.up, self.down = Dense(hidden, activation="relu"), Dense(width)
+        self.up.build((None, width))
+        self.down.build((None, hidden))
+
+    def call(self, x):
+        with kernels_as_rows(self.up.variables + self.down.variables):
+            return keras.ops.fori_loop(0, 3, lambda i, h: h + self.down(self.up(h)), x)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="XLA's one-row products under TensorFlow")
+def test_one_row_inside_kernels_as_rows_reads_the_rows_copied_before_the_loop():
+    """One row by the kernel's rows `(N, K)`, copied once before the loop: each product of the loop's body is
+    the matrix-vector product `rows @ x` (what XLA reads fastest for one row on a CPU, `BENCHMARKS.md`), not
+    output-fused with its bias into a single-threaded loop, and nothing is transposed or copied at each step."""
+    x = rng.normal(size=(1, 1, 24)).astype("float32")
+    loop = _FeedForwardLoop(24, 40)
+    loop.build(x.shape)
+    hlo = optimized_hlo(loop, x)
+    name = re.search(r"body=(%[\w.\-]+)", hlo).group(1)
+    body = next(c for c in hlo.split("\n\n") if c.startswith(name + " "))
+    products = re.findall(r"= f32\[(\d+)\]\{0\} dot\([^)]*\), lhs_contracting_dims=\{1\}, rhs_contracting_dims=\{0\}", body)
+    assert sorted(products) == ["24", "40"], body
+    assert "kind=kOutput" not in body
+    assert not re.search(r"= f32\[(40,24|24,40)\]\{[0-9,]*\} (copy|transpose|fusion)\(", body)
+    h = x.reshape(1, 24)
+    (k1, b1), (k2, b2) = ([np.asarray(w) for w in layer.get_weights()] for layer in (loop.up, loop.down))
+    for _ in range(3):
+        h = h + np.maximum(h @ k1 + b1, 0) @ k2 + b2
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(compiled(loop)(x)).reshape(1, 24), h, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loop-invariant code motion")
