@@ -87,7 +87,7 @@ class _FileSecondsRecorder:
         backend = recorded.setdefault(_backend(), {})
         backend.update({name: round(s, 1) for name, s in self.seconds.items()})
         recorded[_backend()] = dict(sorted(backend.items(), key=lambda kv: -kv[1]))
-        self.path.write_text(json.dumps(recorded, indent=1, sort_keys=False) + "\n")
+        self.path.write_text(json.dumps(recorded, indent=1) + "\n")
 
 
 def pytest_configure(config):

@@ -89,26 +89,23 @@ class Dense(FreesDeletedVariables, keras.layers.Dense):
 
     def call(self, inputs, training=None):
         rows = kernel_rows(self._kernel)
-        if rows is not None and self.quantization_mode is None and not self.lora_enabled:
-            if takes_columns_product(inputs, self._kernel):
-                x = columns_product(inputs, rows, self.bias)
-                return x if self.activation is None else self.activation(x)
-            if takes_one_row_by_rows(inputs, self._kernel):
-                x = one_row_by_rows(inputs, rows)
-                if self.bias is not None:
-                    x = ops.subtract(x, ops.negative(self.bias))
-                return x if self.activation is None else self.activation(x)
+        plain = rows is not None and self.quantization_mode is None and not self.lora_enabled
+        if plain and takes_columns_product(inputs, self._kernel):
+            return self._activate(columns_product(inputs, rows, self.bias))
         if takes_bfloat16_rows_product(inputs, self._kernel):
             x = rows_product(inputs, ops.transpose(self.kernel), self.compute_dtype)
-            if self.bias is not None:
-                x = ops.add(x, self.bias)
-            return x if self.activation is None else self.activation(x)
-        if self.bias is None or not is_single_row(inputs):
+            return self._activate(x if self.bias is None else ops.add(x, self.bias))
+        if plain and takes_one_row_by_rows(inputs, self._kernel):
+            x = one_row_by_rows(inputs, rows)
+        elif self.bias is not None and is_single_row(inputs):
+            x = ops.matmul(inputs, self.kernel)
+        else:
             return super().call(inputs, training=training)
-        x = ops.subtract(ops.matmul(inputs, self.kernel), ops.negative(self.bias))
-        if self.activation is not None:
-            x = self.activation(x)
-        return x
+        # One row: the bias added as `x - (-bias)`, which XLA does not output-fuse (see above).
+        return self._activate(x if self.bias is None else ops.subtract(x, ops.negative(self.bias)))
+
+    def _activate(self, x):
+        return x if self.activation is None else self.activation(x)
 
     # int8: Keras' quantization, its kernel stored as rows `(units, input_dim)`.
 
