@@ -87,7 +87,7 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precisi
 
     from keras_tfam.models import GPT2LM
     from pipelines.config import TrainConfig
-    from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds, with_vector_width
+    from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds, with_cpu_settings
     from pipelines.training import build_optimizer
 
     batch, block = RECIPE["batch_size"], RECIPE["block_size"]
@@ -107,7 +107,7 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precisi
     def step_seconds(jit_compile, policy):
         return training_step_seconds(build_model, optimizer, batch, block, vocabulary_size, jit_compile, policy)
 
-    path = with_vector_width(choose_kernel_path(jit, precision, tf.distribute.get_strategy(), step_seconds))
+    path = with_cpu_settings(choose_kernel_path(jit, precision, tf.distribute.get_strategy(), step_seconds))
     keras.mixed_precision.set_global_policy(path["precision"])
     keras.utils.set_random_seed(1337)
     model = build_model()

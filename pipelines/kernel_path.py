@@ -19,7 +19,9 @@
   there), float32.
 
 On a CPU, an XLA path records the vector width XLA compiles for (`xla_cpu_vector_width`: 256 bits
-unless `XLA_FLAGS` names another, `keras_tfam.cpu`). The choice and why are printed and written to the
+unless `XLA_FLAGS` names another, `keras_tfam.cpu`), and every path whether TensorFlow pools its tensor
+memory (`cpu_tensor_memory`: `pooled` unless `TF_CPU_ALLOCATOR_USE_BFC` says otherwise, see
+`keras_tfam.cpu.pool_cpu_tensor_memory`). The choice and why are printed and written to the
 run's summary (`kernel_path`); an explicit
 `--jit on|off` or `--precision ...` is kept as given. A resumed run keeps the path it started with
 (`kernel_path.json` in the run directory), so its steps compute as before the interruption. Master
@@ -136,16 +138,34 @@ def _fill(chosen, jit_compile, precision, reason):
     }
 
 
-def with_vector_width(path):
-    """`path` with the vector width XLA compiles for on this CPU (`keras_tfam.cpu`), where the step runs on one."""
-    path = {key: value for key, value in path.items() if key != "xla_cpu_vector_width"}
-    if path["jit_compile"] and not tf.config.list_logical_devices("GPU"):
+def with_cpu_settings(path):
+    """`path` with how this process runs a step on a CPU, where it runs on one: the vector width XLA compiles
+    for (an XLA path; `keras_tfam.cpu`), and whether tensor memory is pooled (`cpu_tensor_memory`)."""
+    path = {key: value for key, value in path.items() if key not in ("xla_cpu_vector_width", "cpu_tensor_memory")}
+    if tf.config.list_logical_devices("GPU"):
+        return path
+    if path["jit_compile"]:
         path["xla_cpu_vector_width"] = int(xla_cpu_vector_width())
+    path["cpu_tensor_memory"] = "pooled" if cpu_tensor_memory_pooled() else "TensorFlow's default"
     return path
 
 
+def cpu_tensor_memory_pooled():
+    """Whether this process's TensorFlow keeps freed CPU tensor memory for reuse (its BFC allocator, see
+    `keras_tfam.cpu.pool_cpu_tensor_memory`): asked of TensorFlow itself, which reports memory statistics
+    only for that allocator. The variable alone would not tell: it counts only when set before the
+    process's first tensor."""
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+    except ValueError:
+        return False
+    return True
+
+
 def describe(path):
-    """One line for the run's output: `kernel path: XLA, float32 (why)`, with XLA's CPU vector width where known."""
+    """One line for the run's output: `kernel path: XLA, float32 (why)`, with XLA's CPU vector width and
+    the pooled tensor memory where known."""
     vectors = f", {path['xla_cpu_vector_width']}-bit vectors" if path.get("xla_cpu_vector_width") else ""
+    pooled = ", pooled tensor memory" if path.get("cpu_tensor_memory") == "pooled" else ""
     kind = "XLA" if path["jit_compile"] else "TensorFlow graph (oneDNN)"
-    return f"kernel path: {kind}{vectors}, {path['precision']} ({path['reason']})"
+    return f"kernel path: {kind}{vectors}, {path['precision']}{pooled} ({path['reason']})"

@@ -59,7 +59,7 @@ from pipelines.files import (
     remove_temporaries,
     set_aside,
 )
-from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds, with_vector_width
+from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds, with_cpu_settings
 from pipelines.keras_workarounds import patch_multi_worker_fit
 from pipelines.optimizer import GlobalClipAdamW
 from pipelines.run_lock import RunLock
@@ -370,7 +370,7 @@ def _train_locked(config, strategy, run_dir):
     new_run = _check_run_config(run_dir, config)
     keras.utils.set_random_seed(config.seed)
     tokenizer, new_tokenizer = _run_tokenizer(run_dir, config, train_lines)
-    kernel_path = with_vector_width(_kernel_path(run_dir, config, strategy, tokenizer.vocabulary_size))
+    kernel_path = with_cpu_settings(_kernel_path(run_dir, config, strategy, tokenizer.vocabulary_size))
     print(describe(kernel_path), flush=True)
     keras.mixed_precision.set_global_policy(kernel_path["precision"])
     keras.utils.set_random_seed(config.seed)  # a measurement's models drew from it

@@ -11,7 +11,15 @@ import textwrap
 import keras
 import pytest
 
-from keras_tfam.cpu import bfloat16_rows_pay, cpu_flags, prefer_wide_vectors, xla_cpu_vector_width, xla_flags_with_vector_width
+from keras_tfam.cpu import (
+    POOL_VARIABLE,
+    bfloat16_rows_pay,
+    cpu_flags,
+    pool_cpu_tensor_memory,
+    prefer_wide_vectors,
+    xla_cpu_vector_width,
+    xla_flags_with_vector_width,
+)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -96,3 +104,13 @@ def test_asking_for_wide_vectors_sets_the_width_xla_compiles_with(tmp_path):
     for path in options:
         with open(path) as f:
             assert "xla_cpu_prefer_vector_width: 512" in f.read()
+
+
+@pytest.mark.parametrize("value, pooled", [(None, True), ("false", False), ("0", False), ("1", True), ("TRUE", True)])
+def test_pooled_tensor_memory_is_asked_for_unless_the_user_said_otherwise(monkeypatch, value, pooled):
+    if value is None:
+        monkeypatch.delenv(POOL_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(POOL_VARIABLE, value)
+    assert pool_cpu_tensor_memory() is pooled
+    assert os.environ[POOL_VARIABLE] == ("true" if value is None else value)  # a value set is kept

@@ -1,8 +1,12 @@
 """The kernel path a run picks (XLA or oneDNN, float32 or bfloat16): it runs, it keeps what the user set,
 it is recorded, and a resumed run keeps it. Which path is faster is the benchmarks' business, not the tests'."""
 
+import importlib
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import keras
 import pytest
@@ -10,7 +14,7 @@ import tensorflow as tf
 
 from keras_tfam.models import GPT2LM
 from pipelines.config import TrainConfig
-from pipelines.kernel_path import choose_kernel_path, cpu_flags, describe, training_step_seconds, with_vector_width
+from pipelines.kernel_path import choose_kernel_path, cpu_flags, describe, training_step_seconds, with_cpu_settings
 from pipelines.training import KERNEL_PATH_FILE, _kernel_path
 
 ONE_DEVICE = tf.distribute.get_strategy()
@@ -125,11 +129,44 @@ def test_a_resumed_run_keeps_the_path_it_started_with(tmp_path, monkeypatch, cap
 
 def test_an_xla_path_on_a_cpu_records_the_vector_width_in_force(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_prefer_vector_width=512")
-    path = with_vector_width(choose_kernel_path("on", "float32", ONE_DEVICE, not_measured))
+    path = with_cpu_settings(choose_kernel_path("on", "float32", ONE_DEVICE, not_measured))
     assert path["xla_cpu_vector_width"] == 512
-    assert describe(path).startswith("kernel path: XLA, 512-bit vectors, float32 (")
+    assert describe(path).startswith("kernel path: XLA, 512-bit vectors, float32")
     # A resumed run's record is brought up to this process; the graph path has no XLA vectors.
     monkeypatch.setenv("XLA_FLAGS", "")
-    assert with_vector_width(path)["xla_cpu_vector_width"] == 256
-    graph = with_vector_width({**path, "jit_compile": False})
+    assert with_cpu_settings(path)["xla_cpu_vector_width"] == 256
+    graph = with_cpu_settings({**path, "jit_compile": False})
     assert "xla_cpu_vector_width" not in graph and "vectors" not in describe(graph)
+
+
+def test_the_pipelines_pool_tensor_memory_unless_the_user_said_otherwise(monkeypatch):
+    import pipelines
+
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    importlib.reload(pipelines)
+    assert os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
+    importlib.reload(pipelines)
+    assert os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "false"
+
+
+def test_a_cpu_run_records_whether_tensorflow_pools_its_tensor_memory():
+    # Asked of TensorFlow itself, in a fresh process (the allocator is chosen at a process's first tensor):
+    # turned off by the user, the record says so; pooled, it is a run's record in test_training.py.
+    script = textwrap.dedent("""
+        import json
+        import pipelines
+        import tensorflow as tf
+        from pipelines.kernel_path import cpu_tensor_memory_pooled, describe, with_cpu_settings
+        tf.ones((512, 512)) @ tf.ones((512, 512))
+        path = with_cpu_settings({"jit_compile": True, "precision": "float32", "reason": "as set"})
+        print(json.dumps([cpu_tensor_memory_pooled(), path, describe(path)]))
+    """)
+    environment = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "false", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          env=environment)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pooled, path, line = json.loads(done.stdout.splitlines()[-1])
+    assert pooled is False and path["cpu_tensor_memory"] == "TensorFlow's default"
+    assert "pooled" not in line

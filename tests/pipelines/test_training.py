@@ -85,6 +85,8 @@ def test_two_mirrored_replicas_match_one_device(tmp_path, small_wikitext):
     run_tfam(tiny_args(small_wikitext, mirrored, **args,
                        **{"batch-size": 2, "cpu-devices": 2, "strategy": "mirrored", "export": "false"}))
     assert _summary(mirrored)["replicas"] == 2 and _summary(mirrored)["jit_compile"] is False
+    # A fresh `tfam` process pools its CPU tensor memory (pipelines/__init__.py), and its record says so.
+    assert _summary(mirrored)["kernel_path"]["cpu_tensor_memory"] == "pooled"
     # Same batches, same initial weights, gradients all-reduced then clipped (as on
     # one device). What remains is float summation order: the two half-batch
     # gradients summed differ in the last bits from one full-batch gradient, and
