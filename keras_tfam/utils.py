@@ -4,13 +4,14 @@ variable without a collection."""
 
 import contextlib
 import math
-import os
 import threading
 import weakref
 
 import keras
 import numpy as np
 from keras import ops
+
+from keras_tfam.cpu import physical_memory_bytes
 
 
 class FreesDeletedVariables:
@@ -257,14 +258,6 @@ def register_row_kernel(variable):
     """Lets `kernels_as_rows` copy `variable`, a float `(K, N)` kernel, to float32 rows `(N, K)`, which its
     layer reads as `kernel_rows`."""
     _ROW_KERNELS[id(variable)] = variable
-
-
-def physical_memory_bytes():
-    """The machine's memory in bytes (`sysconf`), or `None` where unknown."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 @contextlib.contextmanager

@@ -11,7 +11,9 @@ import textwrap
 import keras
 import pytest
 
+from keras_tfam import cpu
 from keras_tfam.cpu import (
+    POOL_LIMIT_VARIABLE,
     POOL_VARIABLE,
     bfloat16_rows_pay,
     cpu_flags,
@@ -114,3 +116,35 @@ def test_pooled_tensor_memory_is_asked_for_unless_the_user_said_otherwise(monkey
         monkeypatch.setenv(POOL_VARIABLE, value)
     assert pool_cpu_tensor_memory() is pooled
     assert os.environ[POOL_VARIABLE] == ("true" if value is None else value)  # a value set is kept
+
+
+
+@pytest.mark.parametrize("memory_gib, limit", [(128, "131072"), (16, None), (None, None)])
+def test_the_pool_may_hold_the_machine_s_memory_where_it_has_more_than_tensorflow_s_64_gb(monkeypatch, memory_gib,
+                                                                                         limit):
+    monkeypatch.setenv(POOL_VARIABLE, "true")
+    monkeypatch.delenv(POOL_LIMIT_VARIABLE, raising=False)
+    monkeypatch.setattr(cpu, "physical_memory_bytes", lambda: memory_gib and memory_gib * 2**30)
+    assert pool_cpu_tensor_memory()
+    assert os.environ.get(POOL_LIMIT_VARIABLE) == limit
+    monkeypatch.setenv(POOL_LIMIT_VARIABLE, "1000")  # the user's limit is kept
+    pool_cpu_tensor_memory()
+    assert os.environ[POOL_LIMIT_VARIABLE] == "1000"
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's allocator")
+def test_importing_keras_tfam_pools_tensorflow_s_cpu_memory():
+    # TensorFlow reports memory statistics for its pooling (BFC) allocator only. (The pipelines pool on their
+    # own, so the process imports keras_tfam alone; a user's `false` is kept: test_kernel_path.py.)
+    script = textwrap.dedent(
+        """
+        import keras_tfam
+        import tensorflow as tf
+        tf.zeros(3)
+        print(tf.config.experimental.get_memory_info("CPU:0")["current"] >= 0)
+        """
+    )
+    environment = {key: value for key, value in os.environ.items() if key != POOL_VARIABLE}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
+                            env={**environment, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["True"]
