@@ -19,7 +19,6 @@ processes of the step, the setup, and tokens/s of a 128-token call, with each pr
 
 import os
 import statistics
-import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -60,7 +59,6 @@ def measure(precision):
 
 
 def main():
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from timing import case_arguments, cpu, interleaved_processes
 
     cases = [f"{precision}-{memory}" for precision in PRECISIONS for memory in MEMORY]
@@ -69,7 +67,6 @@ def main():
         precision, memory = args.case.rsplit("-", 1)
         os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = MEMORY[memory]  # before keras_tfam, which keeps a value set
         return measure(precision)
-    os.environ.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
     results = interleaved_processes(os.path.abspath(__file__), cases, args.repeats)
     print(f"machine: {cpu()}")
     print(f"GPT-2 small, random weights, batch 1, prompt {PROMPT}; medians of {args.repeats} processes per case\n")

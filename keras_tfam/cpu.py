@@ -149,9 +149,9 @@ def pool_cpu_tensor_memory():
     """
     os.environ.setdefault(POOL_VARIABLE, "true")
     pooled = os.environ[POOL_VARIABLE].strip().lower() in ("true", "1")
-    memory = physical_memory_bytes()
-    if pooled and memory is not None and memory // 2**20 > _DEFAULT_POOL_LIMIT_MB:
-        os.environ.setdefault(POOL_LIMIT_VARIABLE, str(memory // 2**20))
+    memory_mb = (physical_memory_bytes() or 0) // 2**20
+    if pooled and memory_mb > _DEFAULT_POOL_LIMIT_MB:
+        os.environ.setdefault(POOL_LIMIT_VARIABLE, str(memory_mb))
     return pooled
 
 
