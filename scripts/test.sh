@@ -35,13 +35,18 @@ second_lane_log=$(mktemp)
 (
   set +e
   echo "== training to quality thresholds"
-  .venv/bin/python -m pytest -q -p no:xdist --durations=15 -m training
+  # One thread per pool here too (the TensorFlow phase says why): the Transformer's reversal test took
+  # 53 CPU-seconds with it against 62 with two threads per pool, and less wall time (49 against 53 s) even
+  # with both cores its own; the set transformer's 50 against 58 (2-core AMD EPYC).
+  TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 .venv/bin/python -m pytest -q -p no:xdist --durations=15 -m training
   training=$?
   echo "== the layer and decoding-model harnesses and the losses on PyTorch"
   # Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
   # steps, greedy == argmax), the losses' custom gradients and quantize's freed float weights, eagerly:
   # Keras' default on PyTorch (tests/harness.py says why).
-  KERAS_BACKEND=torch .venv/bin/python -m pytest -q -p no:xdist -m "not training" \
+  # One OpenMP thread: PyTorch's ops on these small tensors gain nothing from a second thread, whose spinning
+  # took the decoding models' file 34 CPU-seconds against 21 with one (24 against 25 s of wall time).
+  OMP_NUM_THREADS=1 KERAS_BACKEND=torch .venv/bin/python -m pytest -q -p no:xdist -m "not training" \
     -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees" tests/layers \
     tests/models/test_decoding_models.py tests/losses
   torch=$?
@@ -62,7 +67,8 @@ echo "== TensorFlow: everything but the training tests"
 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -m "not training" || status=1
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (the layer harness, ops, losses, generation, the attention contract,
-# GPT-2 and Hugging Face parity), again on JAX.
+# GPT-2 and Hugging Face parity), again on JAX. (tests/conftest.py has JAX reuse one MLIR context per thread
+# instead of building one for every lowering: a fifth less time.)
 XLA_FLAGS="$O0" KERAS_BACKEND=jax .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -m "every_backend and not training" \
   tests/ops tests/losses tests/generation tests/layers tests/models/test_gpt2_lm.py tests/models/test_decoding_models.py \
   tests/convert/test_huggingface_gpt2.py tests/convert/test_huggingface_llama.py tests/models/test_keras_export.py \
