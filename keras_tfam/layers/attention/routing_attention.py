@@ -62,7 +62,7 @@ class RoutingAttention(SeededDraws, BucketedAttention):
 
     Examples:
         >>> attention = RoutingAttention(num_heads=4, key_dim=64, num_clusters=16, chunk_length=64)
-        >>> attention(keras.random.normal((2, 4096, 256)), use_causal_mask=True).shape
+        >>> attention(keras.random.normal((2, 4096, 256))).shape  # chunked: O(T * chunk_length)
         (2, 4096, 256)
     """
 
