@@ -148,11 +148,12 @@ def pool_cpu_tensor_memory():
         True
     """
     os.environ.setdefault(POOL_VARIABLE, "true")
-    pooled = os.environ[POOL_VARIABLE].strip().lower() in ("true", "1")
+    if os.environ[POOL_VARIABLE].strip().lower() not in ("true", "1"):
+        return False
     memory_mb = (physical_memory_bytes() or 0) // 2**20
-    if pooled and memory_mb > _DEFAULT_POOL_LIMIT_MB:
+    if memory_mb > _DEFAULT_POOL_LIMIT_MB:
         os.environ.setdefault(POOL_LIMIT_VARIABLE, str(memory_mb))
-    return pooled
+    return True
 
 
 def physical_memory_bytes():

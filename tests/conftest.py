@@ -22,18 +22,17 @@ def _one_mlir_context_per_thread():
     except ImportError:
         return
     make_ir_context = getattr(mlir, "make_ir_context", None)
-    if make_ir_context is None or getattr(make_ir_context, "reused", False):
+    if make_ir_context is None:
         return
     import threading
 
     contexts = threading.local()
 
     def reused_ir_context():
-        if getattr(contexts, "context", None) is None:
+        if not hasattr(contexts, "context"):
             contexts.context = make_ir_context()
         return contexts.context
 
-    reused_ir_context.reused = True
     mlir.make_ir_context = reused_ir_context
 
 

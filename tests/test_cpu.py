@@ -118,7 +118,6 @@ def test_pooled_tensor_memory_is_asked_for_unless_the_user_said_otherwise(monkey
     assert os.environ[POOL_VARIABLE] == ("true" if value is None else value)  # a value set is kept
 
 
-
 @pytest.mark.parametrize("memory_gib, limit", [(128, "131072"), (16, None), (None, None)])
 def test_the_pool_may_hold_the_machine_s_memory_where_it_has_more_than_tensorflow_s_64_gb(monkeypatch, memory_gib,
                                                                                          limit):
@@ -130,6 +129,7 @@ def test_the_pool_may_hold_the_machine_s_memory_where_it_has_more_than_tensorflo
     monkeypatch.setenv(POOL_LIMIT_VARIABLE, "1000")  # the user's limit is kept
     pool_cpu_tensor_memory()
     assert os.environ[POOL_LIMIT_VARIABLE] == "1000"
+
 
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's allocator")
 def test_importing_keras_tfam_pools_tensorflow_s_cpu_memory():
