@@ -219,14 +219,20 @@ def columns_product(inputs, rows, bias=None):
     return outputs if bias is None else ops.add(outputs, ops.cast(bias, dtype))
 
 
+def one_row_reads_kernel_rows(dtype):
+    """Whether a one-row product of a `dtype` kernel reads the float32 rows `kernels_as_rows` copies: float32
+    under TensorFlow (`takes_one_row_by_rows`). 16-bit and int8 kernels keep their own one-row forms, and JAX
+    its own product."""
+    return keras.backend.backend() == "tensorflow" and keras.backend.standardize_dtype(dtype) == "float32"
+
+
 def takes_one_row_by_rows(inputs, weights):
     """Whether a layer multiplies one row of float32 `inputs` by the float32 rows `kernels_as_rows` copied
     of its float32 `weights` (`one_row_by_rows`): under TensorFlow on a CPU (where `kernel_rows` has them).
     JAX keeps its own product, and bfloat16 and int8 weights their own one-row forms (`rows_product`)."""
-    if keras.backend.backend() != "tensorflow" or not is_single_row(inputs):
+    if not is_single_row(inputs) or not one_row_reads_kernel_rows(weights.dtype):
         return False
-    dtypes = {keras.backend.standardize_dtype(weights.dtype), keras.backend.standardize_dtype(inputs.dtype)}
-    return dtypes == {"float32"}
+    return keras.backend.standardize_dtype(inputs.dtype) == "float32"
 
 
 def one_row_by_rows(inputs, rows):
@@ -261,7 +267,7 @@ def register_row_kernel(variable):
 
 
 @contextlib.contextmanager
-def kernels_as_rows(variables):
+def kernels_as_rows(variables, rows=None):
     """Inside: the registered float kernels among `variables` (float32, bfloat16, float16) are transposed
     here, once, to float32 rows `(N, K)`, and their layers read them through `kernel_rows` (a decoding loop
     traced inside reads the copies).
@@ -274,12 +280,20 @@ def kernels_as_rows(variables):
     XLA's CPU product would make of it anyway), made only on a CPU (TensorFlow, JAX) and when the copies take
     at most a quarter of the machine's memory. Elsewhere nothing is copied. Copies no layer reads (more
     than `MAX_FEW_ROWS` rows, say) are dropped by the compiler.
+
+    `rows`, when known, is the number of rows the loop multiplies at each step. A loop of one row reads
+    the copies of float32 kernels only under TensorFlow (`one_row_reads_kernel_rows`); the other kernels are
+    not copied then: their copies would serve a prompt's one pass alone (on JAX, GPT-2 small's batch-1 call
+    then starts 15-25 ms sooner; `BENCHMARKS.md`, "One row, no copies").
     """
     chosen = {}
     if computes_on_cpu_only():
+        one_row = static_dim(rows) == 1
         for variable in variables:
             registered = _ROW_KERNELS.get(id(variable)) is variable
-            if registered and keras.backend.standardize_dtype(variable.dtype) in COLUMNS_PRODUCT_DTYPES:
+            dtype = keras.backend.standardize_dtype(variable.dtype)
+            read = not one_row or one_row_reads_kernel_rows(dtype)  # by the loop's products
+            if registered and dtype in COLUMNS_PRODUCT_DTYPES and read:
                 chosen[id(variable)] = variable
     size = sum(4 * math.prod(variable.shape) for variable in chosen.values())
     memory = physical_memory_bytes()

@@ -163,6 +163,14 @@ def test_kernels_as_rows_transposes_registered_float_kernels_to_float32_within_a
     monkeypatch.setattr(utils, "physical_memory_bytes", lambda: 4 * 4 * 48)
     with kernels_as_rows([kernel, half]):
         assert kernel_rows(kernel) is not None and kernel_rows(half) is not None
+    # A loop of one row reads the copies of float32 kernels on TensorFlow only (`one_row_by_rows`): nothing
+    # else is copied for it. A few rows, or rows not known, copy as before.
+    with kernels_as_rows([kernel, half], rows=1):
+        assert (kernel_rows(kernel) is not None) == (keras.backend.backend() == "tensorflow")
+        assert kernel_rows(half) is None
+    for rows in (2, None):
+        with kernels_as_rows([kernel, half], rows=rows):
+            assert kernel_rows(kernel) is not None and kernel_rows(half) is not None
 
 
 def test_bfloat16_rows_are_widened_exactly_and_multiplied_in_float32():

@@ -204,7 +204,7 @@ def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_tok
     done = ops.zeros((rows,), "bool")
     state = search.init_state(batch)
     # Layers that multiply a few rows by their kernels read them transposed, copied once here, outside the loop.
-    with kernels_as_rows(_variables(model)):
+    with kernels_as_rows(_variables(model), rows):
         for i, (end, step) in enumerate(segments):
             if i and plan.mode == "full":
                 cache = model.resize_cache(cache, end)
