@@ -32,18 +32,10 @@ def measure(precision):
     import json
     import time
 
-    import keras
     import numpy as np
+    from timing import gpt2_small
 
-    from keras_tfam.generation import with_dtype
-    from keras_tfam.models import GPT2LM
-
-    keras.utils.set_random_seed(0)
-    model = GPT2LM.from_preset("gpt2_small")
-    if precision == "bfloat16":
-        model = with_dtype(model, "bfloat16")
-    elif precision == "int8":
-        model.quantize("int8")
+    model = gpt2_small(precision)
     ids = np.random.default_rng(0).integers(0, 50257, size=(1, PROMPT)).astype("int32")
     best = {}
     for new in (SHORT, LONG):

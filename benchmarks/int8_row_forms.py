@@ -38,7 +38,7 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    from timing import best_interleaved, cpu
+    from timing import best_interleaved, cpu, feed_forward_loop
 
     rng = np.random.default_rng(0)
     shapes = [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)] * LAYERS
@@ -95,16 +95,7 @@ def main():
     }
 
     def loop(product):
-        @tf.function(jit_compile=True, autograph=False)
-        def run(x):
-            def body(step, h):
-                for i in range(0, len(shapes), 2):  # a feed-forward block with a residual, as in decoding
-                    h = h + 0.01 * product(tf.nn.relu(product(h, i)), i + 1)
-                return step + 1, h
-
-            return tf.while_loop(lambda step, h: step < args.steps, body, (tf.constant(0), x))[1]
-
-        return run
+        return feed_forward_loop(product, len(shapes), args.steps)
 
     x = tf.constant(rng.standard_normal((1, WIDTH)).astype("float32"))
     compiled = {name: loop(product) for name, product in forms.items()}

@@ -31,20 +31,16 @@ def measure(precision, rule):
     import resource
     import time
 
-    import keras
     import numpy as np
+    from timing import gpt2_small
 
     from keras_tfam import utils
-    from keras_tfam.generation import decoding, with_dtype
-    from keras_tfam.models import GPT2LM
+    from keras_tfam.generation import decoding
 
     if rule == "all":
         library_rule = utils.kernels_as_rows
         decoding.kernels_as_rows = lambda variables, rows=None: library_rule(variables)
-    keras.utils.set_random_seed(0)
-    model = GPT2LM.from_preset("gpt2_small")
-    if precision != "float32":
-        model = with_dtype(model, precision)
+    model = gpt2_small(precision)
     ids = np.random.default_rng(0).integers(0, 50257, size=(1, PROMPT)).astype("int32")
     tokens = {new: np.asarray(model.generate(ids, max_new_tokens=new)) for new in (SHORT, LONG)}  # compiles
     best = {}

@@ -133,3 +133,41 @@ def machine():
     return cpu() + (
         f", {device}" if device else ", no GPU"
     ) + f", TF {tf.__version__}"
+
+
+def gpt2_small(precision="float32"):
+    """GPT-2 small with random weights (seed 0) at `precision`: float32, bfloat16 or float16 weights
+    (`keras_tfam.generation.with_dtype`), or int8 (Keras' `quantize("int8")`)."""
+    import keras
+
+    from keras_tfam.generation import with_dtype
+    from keras_tfam.models import GPT2LM
+
+    keras.utils.set_random_seed(0)
+    model = GPT2LM.from_preset("gpt2_small")
+    if precision in ("bfloat16", "float16"):
+        model = with_dtype(model, precision)
+    elif precision == "int8":
+        model.quantize("int8")
+    elif precision != "float32":
+        raise ValueError(f"precision must be float32, bfloat16, float16 or int8. Received: precision={precision!r}")
+    return model
+
+
+def feed_forward_loop(product, count, steps):
+    """A compiled `tf.while_loop` of `steps` steps over one row `h`, each step running `count // 2`
+    feed-forward blocks with a residual, as decoding does: `h + 0.01 * product(relu(product(h, i)), i + 1)`
+    for i = 0, 2, ... (`product(x, i)` multiplies by the i-th weight matrix)."""
+    import tensorflow as tf
+
+    @tf.function(jit_compile=True, autograph=False)
+    def run(x):
+        def body(step, h):
+            for i in range(0, count, 2):
+                h = h + 0.01 * product(tf.nn.relu(product(h, i)), i + 1)
+            return step + 1, h
+
+        return tf.while_loop(lambda step, h: step < steps, body, (tf.constant(0), x))[1]
+
+    return run
+
