@@ -30,24 +30,14 @@ SHORT, LONG, PROMPT, CALLS = 8, 136, 32, 4
 
 def measure(precision):
     import json
-    import time
 
     import numpy as np
-    from timing import gpt2_small
+    from timing import gpt2_small, step_and_setup
 
     model = gpt2_small(precision)
     ids = np.random.default_rng(0).integers(0, 50257, size=(1, PROMPT)).astype("int32")
-    best = {}
-    for new in (SHORT, LONG):
-        model.generate(ids, max_new_tokens=new)  # compiles
-    for _ in range(CALLS):
-        for new in (SHORT, LONG):
-            start = time.perf_counter()
-            np.asarray(model.generate(ids, max_new_tokens=new))
-            best[new] = min(best.get(new, float("inf")), time.perf_counter() - start)
-    step = (best[LONG] - best[SHORT]) / (LONG - SHORT)
-    setup = best[SHORT] - SHORT * step
-    print(json.dumps({"step_ms": step * 1e3, "setup_ms": setup * 1e3, "tokens_per_s": 128 / (setup + 128 * step)}))
+    result = step_and_setup(model, ids, SHORT, LONG, CALLS)
+    print(json.dumps({key: result[key] for key in ("step_ms", "setup_ms", "tokens_per_s")}))
 
 
 def main():

@@ -29,10 +29,9 @@ SHORT, LONG, PROMPT, CALLS = 8, 136, 32, 4
 def measure(precision, rule):
     import json
     import resource
-    import time
 
     import numpy as np
-    from timing import gpt2_small
+    from timing import gpt2_small, step_and_setup
 
     from keras_tfam import utils
     from keras_tfam.generation import decoding
@@ -42,20 +41,9 @@ def measure(precision, rule):
         decoding.kernels_as_rows = lambda variables, rows=None: library_rule(variables)
     model = gpt2_small(precision)
     ids = np.random.default_rng(0).integers(0, 50257, size=(1, PROMPT)).astype("int32")
-    tokens = {new: np.asarray(model.generate(ids, max_new_tokens=new)) for new in (SHORT, LONG)}  # compiles
-    best = {}
-    for _ in range(CALLS):
-        for new in (SHORT, LONG):
-            start = time.perf_counter()
-            np.asarray(model.generate(ids, max_new_tokens=new))
-            best[new] = min(best.get(new, float("inf")), time.perf_counter() - start)
-    step = (best[LONG] - best[SHORT]) / (LONG - SHORT)
-    setup = best[SHORT] - SHORT * step
-    print(json.dumps({
-        "step_ms": step * 1e3, "setup_ms": setup * 1e3, "tokens_per_s": 128 / (setup + 128 * step),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "tokens": tokens[LONG][0].tolist(),
-    }))
+    result = step_and_setup(model, ids, SHORT, LONG, CALLS)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
 
 
 def main():

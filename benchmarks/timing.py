@@ -171,3 +171,24 @@ def feed_forward_loop(product, count, steps):
 
     return run
 
+
+def step_and_setup(model, ids, short=8, long=136, calls=4):
+    """`{"step_ms", "setup_ms", "tokens_per_s", "tokens"}` of `model.generate(ids)`: the step from the best
+    calls of `short` and `long` new tokens (`calls` each, interleaved, after a compiling call of each), the
+    setup what the best `short` call took beyond its steps, tokens/s of a call of `long - short` new tokens,
+    and the `long` call's tokens (a list per row)."""
+    import numpy as np
+
+    tokens = {new: np.asarray(model.generate(ids, max_new_tokens=new)) for new in (short, long)}  # compiles
+    best = {}
+    for _ in range(calls):
+        for new in (short, long):
+            start = time.perf_counter()
+            np.asarray(model.generate(ids, max_new_tokens=new))
+            best[new] = min(best.get(new, float("inf")), time.perf_counter() - start)
+    step = (best[long] - best[short]) / (long - short)
+    setup = best[short] - short * step
+    new = long - short
+    return {"step_ms": step * 1e3, "setup_ms": setup * 1e3, "tokens_per_s": new / (setup + new * step),
+            "tokens": tokens[long].tolist()}
+
