@@ -19,7 +19,6 @@ It prints each form's largest difference from the first (0 where the sums are ex
 per step, best of `--repeats` interleaved series.
 """
 
-import argparse
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -28,13 +27,9 @@ WIDTH, LAYERS = 768, 12
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="series of --steps steps each; the best counts")
-    parser.add_argument("--steps", type=int, default=32, help="loop steps per call")
-    args = parser.parse_args()
-    from timing import refuse_non_positive
+    from timing import loop_arguments
 
-    refuse_non_positive(parser, args, "repeats", "steps")
+    args = loop_arguments(__doc__.splitlines()[0])
     import numpy as np
     import tensorflow as tf
 

@@ -192,3 +192,16 @@ def step_and_setup(model, ids, short=8, long=136, calls=4):
     return {"step_ms": step * 1e3, "setup_ms": setup * 1e3, "tokens_per_s": new / (setup + new * step),
             "tokens": tokens[long].tolist()}
 
+
+def loop_arguments(description):
+    """`--repeats` (interleaved series, default 5; the best counts) and `--steps` (loop steps per call, default
+    32) of a script that times forms of a product in one compiled loop, both checked positive."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=5, help="series of --steps steps each; the best counts")
+    parser.add_argument("--steps", type=int, default=32, help="loop steps per call")
+    args = parser.parse_args()
+    refuse_non_positive(parser, args, "repeats", "steps")
+    return args
+
