@@ -23,8 +23,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-WIDTH, LAYERS = 768, 12
-
 
 def main():
     from timing import loop_arguments
@@ -33,16 +31,15 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    from timing import best_interleaved, cpu, feed_forward_loop
+    from timing import FEED_FORWARD_LAYERS, FEED_FORWARD_SHAPES, cpu, feed_forward_kernels, time_feed_forward_forms
 
     rng = np.random.default_rng(0)
-    shapes = [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)] * LAYERS
 
     def quantized(kernel):
         scale = np.abs(kernel).max(axis=0) / 127
         return tf.Variable(np.round(kernel / scale).T.astype("int8")), tf.Variable(scale.astype("float32"))
 
-    weights = [quantized(rng.standard_normal(shape).astype("float32") * 0.02) for shape in shapes]
+    weights = [quantized(kernel) for kernel in feed_forward_kernels(rng)]
 
     def quantize_row(x):
         scale = tf.reduce_max(tf.abs(x), axis=-1, keepdims=True) / 127
@@ -89,18 +86,11 @@ def main():
         "zero as a slice offset": slice_offset,
     }
 
-    def loop(product):
-        return feed_forward_loop(product, len(shapes), args.steps)
-
-    x = tf.constant(rng.standard_normal((1, WIDTH)).astype("float32"))
-    compiled = {name: loop(product) for name, product in forms.items()}
-    outputs = {name: run(x).numpy() for name, run in compiled.items()}
-    best = best_interleaved({name: lambda run=run: run(x).numpy() for name, run in compiled.items()}, args.repeats,
-                            per_call=args.steps)
+    outputs, best = time_feed_forward_forms(forms, rng, args.repeats, args.steps)
     first = outputs[next(iter(forms))]
-    elements = sum(k * n for k, n in shapes)
+    elements = sum(k * n for k, n in FEED_FORWARD_SHAPES)
     print(f"machine: {cpu()}")
-    print(f"{LAYERS} x (768 x 3072, 3072 x 768) int8, one row, {args.steps} loop steps per call, best of {args.repeats}")
+    print(f"{FEED_FORWARD_LAYERS} x (768 x 3072, 3072 x 768) int8, one row, {args.steps} loop steps per call, best of {args.repeats}")
     print("| form | largest difference from the first | ms per step | G weights/s |")
     print("|---|---:|---:|---:|")
     for name in forms:

@@ -154,6 +154,31 @@ def gpt2_small(precision="float32"):
     return model
 
 
+# GPT-2 small's 24 feed-forward kernels, `(K, N)`: what the one-row loops below multiply.
+FEED_FORWARD_WIDTH, FEED_FORWARD_LAYERS = 768, 12
+FEED_FORWARD_SHAPES = [(FEED_FORWARD_WIDTH, 4 * FEED_FORWARD_WIDTH), (4 * FEED_FORWARD_WIDTH, FEED_FORWARD_WIDTH)] * FEED_FORWARD_LAYERS
+
+
+def feed_forward_kernels(rng):
+    """GPT-2 small's feed-forward kernels (`FEED_FORWARD_SHAPES`), float32 drawn from N(0, 0.02) by `rng`."""
+    return [rng.standard_normal(shape).astype("float32") * 0.02 for shape in FEED_FORWARD_SHAPES]
+
+
+def time_feed_forward_forms(products, rng, repeats, steps):
+    """`(outputs, best)` of each form `{name: product(x, i)}` of the feed-forward products: its compiled
+    `feed_forward_loop` of `steps` steps over one row drawn from `rng`, the loop's output (NumPy), and its best
+    seconds per step over `repeats` interleaved series."""
+    import numpy as np
+    import tensorflow as tf
+
+    x = tf.constant(rng.standard_normal((1, FEED_FORWARD_WIDTH)).astype("float32"))
+    compiled = {name: feed_forward_loop(product, len(FEED_FORWARD_SHAPES), steps) for name, product in products.items()}
+    outputs = {name: np.asarray(run(x)) for name, run in compiled.items()}  # compiles each
+    best = best_interleaved({name: lambda run=run: run(x).numpy() for name, run in compiled.items()}, repeats,
+                            per_call=steps)
+    return outputs, best
+
+
 def feed_forward_loop(product, count, steps):
     """A compiled `tf.while_loop` of `steps` steps over one row `h`, each step running `count // 2`
     feed-forward blocks with a residual, as decoding does: `h + 0.01 * product(relu(product(h, i)), i + 1)`

@@ -31,8 +31,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-WIDTH, LAYERS = 768, 12
-
 
 def main():
     from timing import loop_arguments
@@ -41,11 +39,10 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    from timing import best_interleaved, cpu, feed_forward_loop
+    from timing import FEED_FORWARD_LAYERS, FEED_FORWARD_SHAPES, cpu, feed_forward_kernels, time_feed_forward_forms
 
     rng = np.random.default_rng(0)
-    shapes = [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)] * LAYERS
-    kernels = [rng.standard_normal(shape).astype("float32") * 0.02 for shape in shapes]
+    kernels = feed_forward_kernels(rng)
 
     def rows_of(kernel, dtype):
         if dtype == "int8":
@@ -92,18 +89,11 @@ def main():
         "int8 rows": (as_rows("int8"), 1),
     }
 
-    def loop(product):
-        return feed_forward_loop(product, len(shapes), args.steps)
-
-    x = tf.constant(rng.standard_normal((1, WIDTH)).astype("float32"))
-    compiled = {name: loop(product) for name, (product, _) in forms.items()}
-    for run in compiled.values():
-        run(x).numpy()
-    best = best_interleaved({name: lambda run=run: run(x).numpy() for name, run in compiled.items()}, args.repeats,
-                            per_call=args.steps)
-    elements = sum(k * n for k, n in shapes)
+    _, best = time_feed_forward_forms({name: product for name, (product, _) in forms.items()}, rng, args.repeats,
+                                      args.steps)
+    elements = sum(k * n for k, n in FEED_FORWARD_SHAPES)
     print(f"machine: {cpu()}")
-    print(f"{LAYERS} x (768 x 3072, 3072 x 768), one row, {args.steps} loop steps per call, best of {args.repeats}")
+    print(f"{FEED_FORWARD_LAYERS} x (768 x 3072, 3072 x 768), one row, {args.steps} loop steps per call, best of {args.repeats}")
     print("| weights | ms per step | GB/s at its width | float32 / it |")
     print("|---|---:|---:|---:|")
     for name, (_, width) in forms.items():
