@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper
+from keras_tfam.generation.samplers import first_argmax
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
 from keras_tfam.models.decoder_lm import DecoderLM
 from keras_tfam.models.gpt2_lm import GPT2LM
@@ -159,7 +160,7 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
         probabilities = ops.softmax(logits[:, 0], axis=-1)  # [B, V]
         # Top-1 minus top-2 by two maxima: XLA sorts the whole row for a top-k on CPU.
         first = ops.max(probabilities, axis=-1)
-        top = ops.one_hot(ops.argmax(probabilities, axis=-1), self.vocabulary_size, dtype="bool")
+        top = ops.one_hot(first_argmax(probabilities), self.vocabulary_size, dtype="bool")
         second = ops.max(ops.where(top, -1.0, probabilities), axis=-1)
         return first - second, logits
 

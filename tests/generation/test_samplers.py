@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from keras_tfam.generation import GreedySampler, RandomSampler, TensorSampler, TopKSampler, TopPSampler, get_sampler
-from keras_tfam.generation.samplers import mix, step_key, top_p_filter, uniform_noise
+from keras_tfam.generation.generator import compile_function
+from keras_tfam.generation.samplers import first_argmax, mix, step_key, top_p_filter, uniform_noise
 
 rng = np.random.default_rng(0)
 
@@ -81,6 +82,22 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 def test_greedy_takes_the_first_maximum():
     logits = np.array([[0.0, 3.0, 3.0, 1.0], [5.0, -1.0, 5.0, 0.0]], "float32")
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(GreedySampler()(logits, 0)), [1, 0])
+
+
+def test_first_argmax_is_numpy_s_argmax():
+    # Many ties (values from a few levels), rows of one repeated value, of -inf, and with NaNs (NumPy: the first).
+    logits = rng.integers(-3, 3, size=(64, 50)).astype("float32")
+    logits[1] = 2.0
+    logits[2] = -np.inf
+    logits[3, [7, 30]] = np.nan
+    logits[4, 0], logits[4, 1:] = -np.inf, np.nan
+    logits[5, 49] = np.inf
+    expected = np.argmax(logits, axis=-1)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(first_argmax(logits)), expected)
+    compiled = compile_function(first_argmax, None)  # fused with the logits' producer, as in a decoding loop
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(compiled(logits)), expected)
+    large = rng.normal(size=(3, 50257)).astype("float32")
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(compiled(large)), np.argmax(large, axis=-1))
 
 
 def test_tensor_sampler_settings_match_the_named_samplers():
