@@ -158,6 +158,7 @@ def top_k_filter(logits, k):
 def top_p_filter(logits, p):
     """Nucleus filter (Holtzman et al. 2020): the smallest set of most likely
     tokens whose probability reaches `p` keeps its logits, the rest `-inf`."""
+    logits = ops.convert_to_tensor(logits)  # NumPy logits too, on every backend (`<` below)
     sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)
     probabilities = ops.softmax(sorted_logits, axis=-1)
     # Mass strictly before each token: a token is kept while that is < p, so
