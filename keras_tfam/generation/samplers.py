@@ -46,8 +46,8 @@ def first_argmax(logits):
     `ops.argmax` gives the same tokens (but that it puts `-0.0` before `0.0`) as one reduction of (value,
     index) pairs, which XLA's CPU code runs one element at a time, fused with whatever computes the logits
     (a head's dequantization, a temperature). Here the maximum and the first indices holding it and a NaN are
-    reductions XLA vectorizes: in a compiled loop over 50,257 logits, 0.10 against 0.28 ms a step for one row
-    and 0.34 against 1.83 ms for 8 (2-core AMD EPYC, `BENCHMARKS.md`).
+    reductions XLA vectorizes: in a compiled loop over 50,257 logits, 0.17 against 0.29 ms a step for one row
+    and 0.34 against 1.85 ms for 8 (TensorFlow, 2-core AMD EPYC; `benchmarks/argmax.py`, `BENCHMARKS.md`).
     """
     vocabulary = ops.shape(logits)[-1]
     ids = ops.arange(vocabulary, dtype="int32")[None, :]

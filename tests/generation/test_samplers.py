@@ -94,7 +94,7 @@ def test_first_argmax_is_numpy_s_argmax():
     logits[5, 49] = np.inf
     expected = np.argmax(logits, axis=-1)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(first_argmax(logits)), expected)
-    compiled = compile_function(first_argmax, None)  # fused with the logits' producer, as in a decoding loop
+    compiled = compile_function(first_argmax, None)  # XLA on TensorFlow and JAX, as in a decoding loop
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(compiled(logits)), expected)
     large = rng.normal(size=(3, 50257)).astype("float32")
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(compiled(large)), np.argmax(large, axis=-1))
