@@ -40,9 +40,6 @@ def measure(precision, batch, tokens, calls):
 
 def main():
     import argparse
-    import json
-    import subprocess
-    import sys
     import warnings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -50,7 +47,7 @@ def main():
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per call")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # PRECISION-BATCH: one case, in this process
     args = parser.parse_args()
-    from timing import cpu, refuse_non_positive
+    from timing import cpu, refuse_non_positive, run_json
 
     refuse_non_positive(parser, args, "repeats", "tokens")
     if args.case:
@@ -63,10 +60,8 @@ def main():
     print("|---|---:|---|---|")
     for precision in PRECISIONS:
         for batch in BATCHES:
-            command = [sys.executable, os.path.abspath(__file__), f"--case={precision}-{batch}",
-                       f"--repeats={args.repeats}", f"--tokens={args.tokens}"]
-            result = subprocess.run(command, capture_output=True, text=True, check=True)
-            runs = json.loads(result.stdout.strip().splitlines()[-1])
+            runs = run_json(os.path.abspath(__file__), f"--case={precision}-{batch}", f"--repeats={args.repeats}",
+                            f"--tokens={args.tokens}")
             speeds = ", ".join(f"{run['tokens_per_s']:.1f}" for run in runs)
             use = [run["cpu_per_s"] for run in runs]
             print(f"| {precision} | {batch} | {speeds} | {min(use):.2f}-{max(use):.2f} |")

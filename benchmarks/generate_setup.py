@@ -18,7 +18,6 @@ processes of the step, the setup, and tokens/s of a 128-token call, with each pr
 """
 
 import os
-import statistics
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -41,7 +40,7 @@ def measure(precision):
 
 
 def main():
-    from timing import case_arguments, cpu, interleaved_processes
+    from timing import case_arguments, cpu, interleaved_processes, median_step_and_setup
 
     cases = [f"{precision}-{memory}" for precision in PRECISIONS for memory in MEMORY]
     args = case_arguments(__doc__.splitlines()[0], cases, repeats=3)
@@ -57,8 +56,7 @@ def main():
     for case in cases:
         runs = results[case]
         precision, memory = case.rsplit("-", 1)
-        median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-        setups = ", ".join(f"{run['setup_ms']:.0f}" for run in runs)
+        median, setups = median_step_and_setup(runs)
         print(f"| {precision} | {memory} | {median['step_ms']:.2f} | {median['setup_ms']:.0f} | "
               f"{median['tokens_per_s']:.1f} | {setups} |")
 

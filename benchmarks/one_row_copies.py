@@ -16,7 +16,6 @@ process decoded the same tokens.
 """
 
 import os
-import statistics
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -47,7 +46,7 @@ def measure(precision, rule):
 
 
 def main():
-    from timing import case_arguments, cpu, interleaved_processes
+    from timing import case_arguments, cpu, interleaved_processes, median_step_and_setup
 
     cases = [f"{precision}-{rule}" for precision in PRECISIONS for rule in RULES]
     args = case_arguments(__doc__.splitlines()[0], cases, repeats=4)
@@ -62,8 +61,7 @@ def main():
     for case in cases:
         runs = results[case]
         precision, rule = case.split("-", 1)
-        median = {key: statistics.median(run[key] for run in runs) for key in ("step_ms", "setup_ms", "tokens_per_s", "peak_rss_mb")}
-        setups = ", ".join(f"{run['setup_ms']:.0f}" for run in runs)
+        median, setups = median_step_and_setup(runs)
         same = all(run["tokens"] == results[f"{precision}-{RULES[0]}"][0]["tokens"] for run in runs)
         print(f"| {precision} | {rule} | {median['step_ms']:.2f} | {median['setup_ms']:.0f} | "
               f"{median['tokens_per_s']:.1f} | {median['peak_rss_mb']:.0f} | {setups} | {'yes' if same else 'no'} |")

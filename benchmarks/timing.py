@@ -218,6 +218,14 @@ def step_and_setup(model, ids, short=8, long=136, calls=4):
             "tokens": tokens[long].tolist()}
 
 
+def median_step_and_setup(runs):
+    """`(medians, setups)` of `step_and_setup` results from several processes: the median of each number
+    over the processes (a dict), and each process's setup in ms, as text ("155, 187, 166")."""
+    numbers = [key for key, value in runs[0].items() if isinstance(value, (int, float))]
+    medians = {key: statistics.median(run[key] for run in runs) for key in numbers}
+    return medians, ", ".join(f"{run['setup_ms']:.0f}" for run in runs)
+
+
 def loop_arguments(description):
     """`--repeats` (interleaved series, default 5; the best counts) and `--steps` (loop steps per call, default
     32) of a script that times forms of a product in one compiled loop, both checked positive."""
