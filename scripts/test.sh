@@ -42,12 +42,13 @@ second_lane_log=$(mktemp)
   training=$?
   echo "== the layer and decoding-model harnesses and the losses on PyTorch"
   # Every layer through the shared harness, every decoding model (full pass == token by token == prefill +
-  # steps, greedy == argmax), the samplers, the losses' custom gradients and quantize's freed float weights,
-  # eagerly: Keras' default on PyTorch (tests/harness.py says why).
+  # steps, greedy == argmax), 16-bit attention caches, the samplers, the losses' custom gradients and
+  # quantize's freed float weights, eagerly: Keras' default on PyTorch (tests/harness.py says why).
   # One OpenMP thread: PyTorch's ops on these small tensors gain nothing from a second thread, whose spinning
   # took the decoding models' file 34 CPU-seconds against 21 with one (24 against 25 s of wall time).
   OMP_NUM_THREADS=1 KERAS_BACKEND=torch .venv/bin/python -m pytest -q -p no:xdist -m "not training" \
-    -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees or test_samplers" tests/layers \
+    -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees or test_samplers \
+    or test_half_precision_cache" tests/layers \
     tests/models/test_decoding_models.py tests/generation/test_samplers.py tests/losses
   torch=$?
   exit $(( training != 0 || torch != 0 ))

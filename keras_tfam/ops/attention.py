@@ -13,6 +13,7 @@ keys are all masked gets zero weights, and so a zero output.
 
 import math
 
+import keras
 from keras import ops
 
 from keras_tfam.utils import static_dim
@@ -79,6 +80,10 @@ def attention_weights(query, key, attention_mask=None, bias=None, scale=None):
         are all zeros.
     """
     num_heads, num_kv_heads = _head_counts(query, key, key)
+    # One dtype for both (a float32 position layer rotates a 16-bit layer's queries and keys to float32,
+    # and the keys of a 16-bit cache are 16-bit): not every backend's product mixes them.
+    dtype = keras.backend.result_type(query.dtype, key.dtype)
+    query, key = ops.cast(query, dtype), ops.cast(key, dtype)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     # Scaling the query before the product keeps float16 scores in range.

@@ -38,6 +38,10 @@ class TestCrossAttentionHarness(LayerHarness):
         }
 
 
+def as_float32(tensor):
+    return keras.ops.convert_to_numpy(keras.ops.cast(tensor, "float32"))
+
+
 def _weights(layer):
     return [np.asarray(w, np.float64) for w in layer.get_weights()]
 
@@ -273,3 +277,68 @@ def test_bad_call_arguments():
     layer(np.zeros((1, 3, 8), "float32"))
     with pytest.raises(ValueError, match=r"`cache` must have shape.*Received: cache.shape=\(1, 2, 5, 2, 8\)"):
         layer(np.zeros((1, 1, 8), "float32"), cache=np.zeros((1, 2, 5, 2, 8), "float32"), cache_update_index=0)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_cache_holds_the_bits_of_what_a_float_cache_holds(dtype):
+    """init_cache's 16-bit cache (its bits, on the XLA backends) against a cache of the float dtype itself
+    (a caller's own): a prefill, steps one by one, and a window whose ring wraps within one call; the
+    outputs and the keys and values read back are bit for bit the same, and the steps equal the full pass."""
+    from keras_tfam.layers.attention.caches import KeyValueCache
+
+    x = rng.normal(size=(2, 7, 16)).astype("float32")
+    layer = MultiHeadAttention(4, 4, num_key_value_heads=2, position=RotaryEmbedding(), dtype=dtype)
+    full = as_float32(layer(x, use_causal_mask=True))
+    for window, calls in [(None, [(0, 3), (3, 4), (4, 5), (5, 6), (6, 7)]), (3, [(0, 2), (2, 5), (5, 7)])]:
+        bits = layer.init_cache(2, 7, dtype, window=window)
+        held = dtype if keras.backend.backend() == "torch" else {"bfloat16": "uint16", "float16": "int16"}[dtype]
+        assert keras.backend.standardize_dtype(bits.dtype) == held
+        floats = keras.ops.zeros(bits.shape, dtype)
+        for start, end in calls:
+            options = {"cache_update_index": start, "use_causal_mask": True, "window": window}
+            out, bits = layer(x[:, start:end], cache=bits, **options)
+            same, floats = layer(x[:, start:end], cache=floats, **options)
+            np.testing.assert_array_equal(as_float32(out), as_float32(same))
+            if window is None:
+                np.testing.assert_allclose(as_float32(out), full[:, start:end], atol=0.05)
+        for read, expected in zip(KeyValueCache.keys_values(bits), KeyValueCache.keys_values(floats)):
+            assert keras.backend.standardize_dtype(read.dtype) == dtype
+            np.testing.assert_array_equal(as_float32(read), as_float32(expected))
+
+
+@pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="XLA's loops")
+def test_a_bfloat16_cache_is_written_in_place_in_a_decoding_loop():
+    """XLA's CPU backend widens a bfloat16 dynamic-update-slice to float32 (a copy of the whole cache each step);
+    the cache init_cache makes is written as its bits, in place: no float32 update of the cache in the loop."""
+    import re
+
+    from backend import optimized_hlo
+
+    layer = MultiHeadAttention(2, 4, dtype="bfloat16")
+    layer.build((1, 1, 8))
+
+    class Loop(keras.layers.Layer):
+        def __init__(self, user_cache=False):
+            super().__init__()
+            self.attention, self.user_cache = layer, user_cache
+
+        def call(self, x):
+            cache = layer.init_cache(1, 6, "bfloat16")
+            if self.user_cache:  # a caller's own cache, of the float dtype itself: what the test guards against
+                cache = keras.ops.zeros(cache.shape, "bfloat16")
+
+            def step(i, state):
+                x, cache = state
+                out, cache = self.attention(x, cache=cache, cache_update_index=i, use_causal_mask=True)
+                return keras.ops.cast(out, x.dtype), cache
+
+            return keras.ops.fori_loop(0, 6, step, (x, cache))[0]
+
+    x = keras.ops.cast(rng.normal(size=(1, 1, 8)).astype("float32"), "bfloat16")
+    widened = r"f32\[1,2,6,2,4\]\{[0-9,]*\} dynamic-update-slice\("
+    loop, user_loop = Loop(), Loop(user_cache=True)
+    loop.build(x.shape)
+    user_loop.build(x.shape)
+    assert not re.search(widened, optimized_hlo(loop, x))
+    assert re.search(r"u16\[1,2,6,2,4\]\{[0-9,]*\} dynamic-update-slice\(", optimized_hlo(loop, x))
+    assert re.search(widened, optimized_hlo(user_loop, x))

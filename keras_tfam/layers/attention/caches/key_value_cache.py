@@ -1,10 +1,18 @@
 """A cache of keys and values, a plain buffer or a ring (sliding window)."""
 
+import keras
 from keras import ops
 
 from keras_tfam.layers.attention.caches.attention_cache import AttentionCache
 from keras_tfam.ops import masks as mask_ops
 from keras_tfam.utils import check_window, static_dim, static_int
+
+# XLA's CPU backend writes into a 16-bit float tensor in float32: it widens the whole cache, writes
+# the new position and narrows the cache back, a copy of it for every decoded token (50 us a layer
+# for GPT-2 small at 160 positions), where it writes an integer tensor in place. So on the XLA
+# backends a 16-bit float cache holds its values' bits, in the integer type of the same width.
+_BITS_OF = {"bfloat16": "uint16", "float16": "int16"}
+_FLOAT_OF = {bits: dtype for dtype, bits in _BITS_OF.items()}
 
 
 class KeyValueCache(AttentionCache):
@@ -43,7 +51,22 @@ class KeyValueCache(AttentionCache):
         if ring is not None:
             both_known = isinstance(max_length, int) and isinstance(ring, int)
             slots = min(max_length, ring) if both_known else ops.minimum(max_length, ring)
+        dtype = keras.backend.standardize_dtype(dtype)
+        if keras.backend.backend() in ("tensorflow", "jax"):
+            dtype = _BITS_OF.get(dtype, dtype)
         return ops.zeros((batch_size, 2, slots, self.num_key_value_heads, self.key_dim), dtype)
+
+    @staticmethod
+    def keys_values(cache):
+        """The keys and values of `cache`, `(B, slots, K, H)` each, in the cache's float dtype.
+
+        Examples:
+            >>> cache = KeyValueCache(2, 4).init(1, 8, "bfloat16")
+            >>> keys, values = KeyValueCache.keys_values(cache)
+            >>> keras.backend.standardize_dtype(keys.dtype), tuple(values.shape)
+            ('bfloat16', (1, 8, 2, 4))
+        """
+        return _as_floats(cache[:, 0]), _as_floats(cache[:, 1])
 
     def resize(self, cache, max_length):
         """Grows the cache to `max_length` positions; a ring only before it wraps, never past `lookback`."""
@@ -71,7 +94,8 @@ class KeyValueCache(AttentionCache):
 
     def update(self, cache, key, value, index, window=None):
         ring = self.ring_window(window)
-        update = ops.cast(ops.stack([key, value], axis=1), cache.dtype)  # [B, 2, T, K, H]
+        stored = keras.backend.standardize_dtype(cache.dtype)
+        update = ops.cast(ops.stack([key, value], axis=1), _FLOAT_OF.get(stored, stored))  # [B, 2, T, K, H]
         new = static_dim(update.shape[2])
         slots = static_dim(cache.shape[2]) or ops.shape(cache)[2]
         known_index = static_int(index)
@@ -84,22 +108,23 @@ class KeyValueCache(AttentionCache):
             start = index
             if ring is not None and not fits:
                 start = known_index % slots if known_index is not None else ops.mod(index, slots)
-            cache = ops.slice_update(cache, (0, 0, start, 0, 0), update)
+            cache = ops.slice_update(cache, (0, 0, start, 0, 0), _as_stored(update, stored))
             held = mask_ops.ring_positions(slots, ops.add(index, ops.shape(update)[2]))
-            return cache, cache[:, 0], cache[:, 1], held, None
+            return (cache, *self.keys_values(cache), held, None)
         # Several new positions that may wrap around the ring: a later one
         # would overwrite a key an earlier query still sees, so the queries
         # attend to the old slots and the new keys side by side, and the ring
         # keeps the latest position of each slot.
         length = ops.shape(update)[2]
-        keys = ops.concatenate([cache[:, 0], update[:, 0]], axis=1)
-        values = ops.concatenate([cache[:, 1], update[:, 1]], axis=1)
+        cached_keys, cached_values = self.keys_values(cache)
+        keys = ops.concatenate([cached_keys, update[:, 0]], axis=1)
+        values = ops.concatenate([cached_values, update[:, 1]], axis=1)
         key_positions = ops.concatenate(
             [mask_ops.ring_positions(slots, index), mask_ops.positions(length, index)], axis=0
         )
         held = mask_ops.ring_positions(slots, ops.add(index, length))
         fresh = ops.greater_equal(held, index)
-        taken = ops.take(update, ops.clip(held - index, 0, length - 1), axis=2)
+        taken = ops.take(_as_stored(update, stored), ops.clip(held - index, 0, length - 1), axis=2)
         cache = ops.where(fresh[None, None, :, None, None], taken, cache)
         return cache, keys, values, key_positions, None
 
@@ -124,3 +149,14 @@ class KeyValueCache(AttentionCache):
                 f"A ring cache must hold the whole window once it wraps: {slots} slots for window={known}. "
                 f"Received: cache_update_index={index} with {new} new token(s)"
             )
+
+
+def _as_floats(tensor):
+    """A cache's tensor in its float dtype: 16-bit floats held as bits are viewed as floats again."""
+    stored = keras.backend.standardize_dtype(tensor.dtype)
+    return ops.view(tensor, _FLOAT_OF[stored]) if stored in _FLOAT_OF else tensor
+
+
+def _as_stored(tensor, stored):
+    """Floats in a cache's stored dtype `stored`: their bits when it holds 16-bit floats as bits."""
+    return ops.view(tensor, stored) if stored in _FLOAT_OF else tensor

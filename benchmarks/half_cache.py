@@ -1,0 +1,83 @@
+"""16-bit decoding with the cache held as its bits against the cache held as 16-bit floats (TensorFlow or JAX).
+
+    python benchmarks/half_cache.py [--precision bfloat16] [--batch 1 8] [--repeats 5]
+
+XLA's CPU backend writes a bfloat16 or float16 tensor in float32: each step's write of the new keys and
+values widens the whole cache, writes them and narrows it back, a copy of the cache per layer and
+step. `KeyValueCache` therefore holds a 16-bit float cache as its bits (`uint16`, `int16`), which XLA
+writes in place. This script decodes with GPT-2 small (random weights, a 32-token prompt, 16-bit
+weights from `generation.with_dtype`) in two models with the same weights: one as the library does,
+one traced with 16-bit caches held as floats (the rule before, restored by a patch). The `generate`
+calls of the two are interleaved, 8 and 136 new tokens each, so that the machine's drift hits both;
+the step is the difference of the best calls, the setup what the 8-token call took beyond its steps.
+It prints a table, and whether the tokens agree.
+"""
+
+import argparse
+import contextlib
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+SHORT, LONG = 8, 136
+
+
+@contextlib.contextmanager
+def caches_held_as_floats():
+    """16-bit float caches as they were before: of their own dtype (for the calls that trace a model)."""
+    from keras_tfam.layers.attention.caches import key_value_cache
+
+    held = dict(key_value_cache._BITS_OF), dict(key_value_cache._FLOAT_OF)
+    key_value_cache._BITS_OF.clear()
+    key_value_cache._FLOAT_OF.clear()
+    try:
+        yield
+    finally:
+        key_value_cache._BITS_OF.update(held[0])
+        key_value_cache._FLOAT_OF.update(held[1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--precision", choices=("bfloat16", "float16"), default="bfloat16")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="rows decoded together")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved calls of each; the best counts")
+    args = parser.parse_args()
+    from timing import refuse_non_positive
+
+    refuse_non_positive(parser, args, "repeats")
+    if min(args.batch) < 1:
+        parser.error(f"argument --batch: each must be a positive integer. Received: {min(args.batch)}")
+    import numpy as np
+    from timing import best_interleaved, gpt2_small, machine
+
+    models = {"bits": gpt2_small(args.precision), "floats": gpt2_small(args.precision)}  # seed 0: same weights
+    print(f"machine: {machine()}")
+    print(f"GPT-2 small, {args.precision} weights, prompt 32, steps from calls of {SHORT} and {LONG} new tokens, "
+          f"best of {args.repeats} interleaved")
+    print("| batch | cache held as | ms per step | setup, ms | tok/s, 128 new | floats / bits, step | same tokens |")
+    print("|---:|---|---:|---:|---:|---:|---|")
+    for batch in args.batch:
+        prompt = np.random.default_rng(0).integers(0, 50257, size=(batch, 32)).astype("int32")
+
+        def call(name, new):
+            with caches_held_as_floats() if name == "floats" else contextlib.nullcontext():
+                return np.asarray(models[name].generate(prompt, max_new_tokens=new))
+
+        tokens = {name: [call(name, new) for new in (SHORT, LONG)][-1] for name in models}  # compiles
+        calls = {(name, new): (lambda name=name, new=new: call(name, new)) for name in models for new in (SHORT, LONG)}
+        best = best_interleaved(calls, args.repeats)
+        steps = {name: (best[name, LONG] - best[name, SHORT]) / (LONG - SHORT) for name in models}
+        same = np.array_equal(tokens["bits"], tokens["floats"])
+        for name in models:
+            setup = best[name, SHORT] - SHORT * steps[name]
+            rate = batch * (LONG - SHORT) / (setup + (LONG - SHORT) * steps[name])
+            label = {"bits": f"bits (`{'uint16' if args.precision == 'bfloat16' else 'int16'}`)",
+                     "floats": f"`{args.precision}`"}[name]
+            print(f"| {batch} | {label} | {steps[name] * 1e3:.2f} | {setup * 1e3:.0f} | {rate:.1f} | "
+                  f"{steps['floats'] / steps['bits']:.2f}x | {'yes' if same else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()
