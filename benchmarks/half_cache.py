@@ -20,7 +20,7 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-SHORT, LONG = 8, 136
+SHORT, LONG = 8, 136  # new tokens of the two calls, as timing.step_and_setup
 
 
 @contextlib.contextmanager
@@ -28,14 +28,12 @@ def caches_held_as_floats():
     """16-bit float caches as they were before: of their own dtype (for the calls that trace a model)."""
     from keras_tfam.layers.attention.caches import key_value_cache
 
-    held = dict(key_value_cache._BITS_OF), dict(key_value_cache._FLOAT_OF)
+    held = dict(key_value_cache._BITS_OF)
     key_value_cache._BITS_OF.clear()
-    key_value_cache._FLOAT_OF.clear()
     try:
         yield
     finally:
-        key_value_cache._BITS_OF.update(held[0])
-        key_value_cache._FLOAT_OF.update(held[1])
+        key_value_cache._BITS_OF.update(held)
 
 
 def main():
@@ -50,7 +48,7 @@ def main():
     if min(args.batch) < 1:
         parser.error(f"argument --batch: each must be a positive integer. Received: {min(args.batch)}")
     import numpy as np
-    from timing import best_interleaved, gpt2_small, machine
+    from timing import best_interleaved, gpt2_small, machine, step_and_setup_of
 
     models = {"bits": gpt2_small(args.precision), "floats": gpt2_small(args.precision)}  # seed 0: same weights
     print(f"machine: {machine()}")
@@ -68,15 +66,16 @@ def main():
         tokens = {name: [call(name, new) for new in (SHORT, LONG)][-1] for name in models}  # compiles
         calls = {(name, new): (lambda name=name, new=new: call(name, new)) for name in models for new in (SHORT, LONG)}
         best = best_interleaved(calls, args.repeats)
-        steps = {name: (best[name, LONG] - best[name, SHORT]) / (LONG - SHORT) for name in models}
-        same = np.array_equal(tokens["bits"], tokens["floats"])
-        for name in models:
-            setup = best[name, SHORT] - SHORT * steps[name]
-            rate = batch * (LONG - SHORT) / (setup + (LONG - SHORT) * steps[name])
-            label = {"bits": f"bits (`{'uint16' if args.precision == 'bfloat16' else 'int16'}`)",
-                     "floats": f"`{args.precision}`"}[name]
-            print(f"| {batch} | {label} | {steps[name] * 1e3:.2f} | {setup * 1e3:.0f} | {rate:.1f} | "
-                  f"{steps['floats'] / steps['bits']:.2f}x | {'yes' if same else 'no'} |")
+        timed = {name: step_and_setup_of({new: best[name, new] for new in (SHORT, LONG)}, SHORT, LONG)
+                 for name in models}
+        same = "yes" if np.array_equal(tokens["bits"], tokens["floats"]) else "no"
+        ratio = f"{timed['floats'][0] / timed['bits'][0]:.2f}x"
+        for name, label in (("bits", f"bits (`{'uint16' if args.precision == 'bfloat16' else 'int16'}`)"),
+                            ("floats", f"`{args.precision}`")):
+            step, setup = timed[name]
+            rate = batch * (LONG - SHORT) / (setup + (LONG - SHORT) * step)
+            print(f"| {batch} | {label} | {step * 1e3:.2f} | {setup * 1e3:.0f} | {rate:.1f} | "
+                  f"{ratio if name == 'bits' else ''} | {same} |")
 
 
 if __name__ == "__main__":

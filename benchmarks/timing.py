@@ -211,11 +211,17 @@ def step_and_setup(model, ids, short=8, long=136, calls=4):
             start = time.perf_counter()
             np.asarray(model.generate(ids, max_new_tokens=new))
             best[new] = min(best.get(new, float("inf")), time.perf_counter() - start)
-    step = (best[long] - best[short]) / (long - short)
-    setup = best[short] - short * step
+    step, setup = step_and_setup_of(best, short, long)
     new = long - short
     return {"step_ms": step * 1e3, "setup_ms": setup * 1e3, "tokens_per_s": new / (setup + new * step),
             "tokens": tokens[long].tolist()}
+
+
+def step_and_setup_of(best, short=8, long=136):
+    """`(step, setup)` seconds from the best calls of `short` and `long` new tokens, `best[short]` and
+    `best[long]`: the step their difference per token, the setup what the `short` call took beyond its steps."""
+    step = (best[long] - best[short]) / (long - short)
+    return step, best[short] - short * step
 
 
 def median_step_and_setup(runs):

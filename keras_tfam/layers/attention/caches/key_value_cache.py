@@ -12,7 +12,6 @@ from keras_tfam.utils import check_window, static_dim, static_int
 # for GPT-2 small at 160 positions), where it writes an integer tensor in place. So on the XLA
 # backends a 16-bit float cache holds its values' bits, in the integer type of the same width.
 _BITS_OF = {"bfloat16": "uint16", "float16": "int16"}
-_FLOAT_OF = {bits: dtype for dtype, bits in _BITS_OF.items()}
 
 
 class KeyValueCache(AttentionCache):
@@ -95,7 +94,7 @@ class KeyValueCache(AttentionCache):
     def update(self, cache, key, value, index, window=None):
         ring = self.ring_window(window)
         stored = keras.backend.standardize_dtype(cache.dtype)
-        update = ops.cast(ops.stack([key, value], axis=1), _FLOAT_OF.get(stored, stored))  # [B, 2, T, K, H]
+        update = ops.cast(ops.stack([key, value], axis=1), _float_of(stored) or stored)  # [B, 2, T, K, H]
         new = static_dim(update.shape[2])
         slots = static_dim(cache.shape[2]) or ops.shape(cache)[2]
         known_index = static_int(index)
@@ -151,12 +150,17 @@ class KeyValueCache(AttentionCache):
             )
 
 
+def _float_of(stored):
+    """The float dtype whose bits a cache of dtype `stored` holds, or `None` (a cache of floats)."""
+    return next((dtype for dtype, bits in _BITS_OF.items() if bits == stored), None)
+
+
 def _as_floats(tensor):
     """A cache's tensor in its float dtype: 16-bit floats held as bits are viewed as floats again."""
-    stored = keras.backend.standardize_dtype(tensor.dtype)
-    return ops.view(tensor, _FLOAT_OF[stored]) if stored in _FLOAT_OF else tensor
+    dtype = _float_of(keras.backend.standardize_dtype(tensor.dtype))
+    return tensor if dtype is None else ops.view(tensor, dtype)
 
 
 def _as_stored(tensor, stored):
     """Floats in a cache's stored dtype `stored`: their bits when it holds 16-bit floats as bits."""
-    return ops.view(tensor, stored) if stored in _FLOAT_OF else tensor
+    return tensor if _float_of(stored) is None else ops.view(tensor, stored)
