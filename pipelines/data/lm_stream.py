@@ -12,6 +12,23 @@ import numpy as np
 import tensorflow as tf
 
 
+def _without_autotuning(dataset):
+    """`dataset` without tf.data's autotuning, which has nothing to tune in these streams.
+
+    An autotuned iterator runs a thread that re-tunes the pipeline 10, 30, 70, ... ms after the
+    iterator is made (`10 * (2**k - 1)` ms up to 81.9 s, then every 60 s), sleeping in between.
+    Deleting the iterator often waits for that thread's next wake, so a `fit` or an evaluation over
+    the stream returned at that wake instead of when its last batch was done: a 1.9 s evaluation
+    ended at 2.56 s in 4 runs of 6, and `tfam train`'s 45 s evaluation at 82 s (2-core AMD EPYC;
+    BENCHMARKS.md, `benchmarks/fit_teardown.py`). These streams are slices of arrays already in
+    memory, batched and prefetched: nothing for the tuner to set but the prefetch buffer, which
+    `prefetch(AUTOTUNE)` still grows without it.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def tokenize_lines(tokenizer, lines, chunk=4096):
     """The flat int32 token stream of `lines` (each ending in the end-of-line token)."""
     parts = []
@@ -62,7 +79,8 @@ def lm_dataset(
         repeat: repeat forever (training by steps).
 
     The dataset is cached after tokenization and blocking, prefetched with
-    AUTOTUNE, and auto-sharded by data so multi-worker training splits it.
+    AUTOTUNE, and auto-sharded by data so multi-worker training splits it;
+    tf.data's autotuning is off (see `_without_autotuning`).
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
@@ -76,7 +94,7 @@ def lm_dataset(
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.deterministic = True
-    return dataset.with_options(options)
+    return _without_autotuning(dataset.with_options(options))
 
 
 def context_windows(tokens, context_length, start_id):
@@ -126,4 +144,4 @@ def stateful_lm_dataset(tokens, sequence_length, batch_size, start_id, repeat=Fa
     dataset = tf.data.Dataset.from_tensor_slices(stateful_blocks(tokens, sequence_length, batch_size, start_id))
     if repeat:
         dataset = dataset.repeat()
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return _without_autotuning(dataset.prefetch(tf.data.AUTOTUNE))

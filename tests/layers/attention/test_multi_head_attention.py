@@ -149,14 +149,14 @@ def test_keras_mask_from_embedding_is_used():
 def test_token_by_token_cache_equals_full_causal_pass(position):
     x = rng.normal(size=(2, 7, 16)).astype("float32")
     layer = MultiHeadAttention(4, 4, num_key_value_heads=2, position=position)
-    full = np.asarray(layer(x, use_causal_mask=True))
+    full = keras.ops.convert_to_numpy(layer(x, use_causal_mask=True))
     cache = np.zeros((2, 2, 10, 2, 4), "float32")
     # Prefill 3 tokens, then one at a time.
     out, cache = layer(x[:, :3], cache=cache, cache_update_index=0, use_causal_mask=True)
-    steps = [np.asarray(out)]
+    steps = [keras.ops.convert_to_numpy(out)]
     for t in range(3, 7):
         out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True)
-        steps.append(np.asarray(out))
+        steps.append(keras.ops.convert_to_numpy(out))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
 
 

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 from shared_data import WIKITEXT2, requires_wikitext
 
-from pipelines.data.lm_stream import lm_dataset, make_blocks, tokenize_lines
+from pipelines.data.lm_stream import lm_dataset, make_blocks, stateful_lm_dataset, tokenize_lines
 from pipelines.data.tokenizers import WordTokenizer
 from pipelines.data.wikitext import find_split, read_lines
 
@@ -46,6 +46,16 @@ def test_training_stream_is_deterministic_for_a_seed():
 def test_auto_sharding_by_data():
     ds = lm_dataset(np.arange(100), 8, 2, 0)
     assert ds.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.DATA
+
+
+@pytest.mark.parametrize("stream", [lm_dataset, stateful_lm_dataset])
+def test_streams_are_not_autotuned_and_keep_their_other_options(stream):
+    # An autotuned iterator's deletion waits for the tuner's next wake (lm_stream._without_autotuning).
+    ds = stream(np.arange(100), 8, 2, 0)
+    assert ds.options().autotune.enabled is False
+    if stream is lm_dataset:
+        assert ds.options().deterministic is True
+        assert ds.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.DATA
 
 
 def test_bad_arguments():
