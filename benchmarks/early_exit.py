@@ -60,7 +60,7 @@ def calm_finetune(model, inputs, targets, weights, steps, batch_size, learning_r
     )
     data = tf.data.Dataset.from_tensor_slices((inputs, tuple([targets] * layers), tuple([weights] * layers)))
     data = data.shuffle(len(inputs), seed=0).repeat().batch(batch_size, drop_remainder=True)
-    calm.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    calm.fit(data, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0)
 
 
 def train_classifier(model, inputs, weights, steps, batch_size):
@@ -69,7 +69,7 @@ def train_classifier(model, inputs, weights, steps, batch_size):
     model.backbone.trainable = False
     classifier.compile(keras.optimizers.Adam(1e-3), keras.losses.BinaryCrossentropy(), jit_compile=True)
     data = tf.data.Dataset.from_tensor_slices((inputs, labels, weights)).shuffle(len(inputs), seed=0).repeat()
-    classifier.fit(data.batch(batch_size, drop_remainder=True), steps_per_epoch=steps, epochs=1, verbose=0)
+    classifier.fit(data.batch(batch_size, drop_remainder=True), steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0)
     model.backbone.trainable = True
     return float(labels[weights > 0].mean())
 

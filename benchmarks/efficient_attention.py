@@ -196,7 +196,7 @@ def child_quality(spec):
     data = lm_dataset(train_tokens, 128, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True)
     budget = CpuBudget(spec["cpu_minutes"] * 60)
     start = time.perf_counter()
-    model.fit(data, steps_per_epoch=1_000_000, epochs=1, callbacks=[budget], verbose=0)
+    model.fit(data, steps_per_epoch=1_000_000, epochs=1, shuffle=False, callbacks=[budget], verbose=0)
     trained = time.perf_counter() - start
     result = evaluate_perplexity(model, lm_dataset(test_tokens, 128, 16, tokenizer.eos_id), count_words(test_lines))
     return {"steps": budget.steps, "wall_seconds": trained, "cpu_seconds": budget.used, "tokens": budget.steps * 16 * 128,

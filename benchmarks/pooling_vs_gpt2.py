@@ -91,7 +91,7 @@ def main():
     compile_model(gpt2, 2000)
     data = lm_dataset(train_tokens, CONTEXT, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True)
     timer = Budget(budget)
-    gpt2.fit(data.map(lambda x, y, w: (x, y, w)), steps_per_epoch=100000, epochs=1, callbacks=[timer], verbose=0)
+    gpt2.fit(data.map(lambda x, y, w: (x, y, w)), steps_per_epoch=100000, epochs=1, shuffle=False, callbacks=[timer], verbose=0)
     results["GPT-2 decoder"] = (timer.steps, timer.steps * 16 * CONTEXT, nll_of_windows(gpt2, windows, targets, True))
 
     keras.utils.set_random_seed(0)
@@ -100,7 +100,7 @@ def main():
     train_windows, train_targets = context_windows(train_tokens, CONTEXT, tokenizer.eos_id)
     stream = tf.data.Dataset.from_tensor_slices((train_windows, train_targets)).shuffle(len(train_targets), seed=0).repeat().batch(16)
     timer = Budget(budget)
-    pooling.fit(stream, steps_per_epoch=100000, epochs=1, callbacks=[timer], verbose=0)
+    pooling.fit(stream, steps_per_epoch=100000, epochs=1, shuffle=False, callbacks=[timer], verbose=0)
     results["attention pooling"] = (timer.steps, timer.steps * 16, nll_of_windows(pooling, windows, targets, False))
 
     for name, (steps, predicted, nll) in results.items():

@@ -59,7 +59,7 @@ def main():
         theirs = keras.Model(token_ids, backbone.token_embedding(hidden, reverse=True))
         theirs.compile(build_optimizer(config), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
         monitor = ThroughputMonitor(16 * 128)
-        theirs.fit(data, steps_per_epoch=args.steps // 3, epochs=3, callbacks=[monitor], verbose=0)
+        theirs.fit(data, steps_per_epoch=args.steps // 3, epochs=3, shuffle=False, callbacks=[monitor], verbose=0)
         keras_hub_rate = float(np.median(monitor.rates))
     finally:
         shutil.rmtree(run, ignore_errors=True)

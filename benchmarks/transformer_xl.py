@@ -74,7 +74,7 @@ def train(vocabulary, tokens, eos, memory, segment, seconds, snapshot_at=None):
     model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     budget = Budget(seconds, snapshot_at)
     data = stateful_lm_dataset(tokens, segment, BATCH, eos, repeat=True)
-    model.fit(data, steps_per_epoch=1_000_000, epochs=1, callbacks=[budget], verbose=0)
+    model.fit(data, steps_per_epoch=1_000_000, epochs=1, shuffle=False, callbacks=[budget], verbose=0)
     return model, budget.steps, budget.snapshot
 
 
