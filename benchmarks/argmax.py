@@ -26,10 +26,10 @@ def main():
     import keras
     import numpy as np
     from keras import ops
+    from timing import best_interleaved, cpu
 
     from keras_tfam.generation.generator import compile_function
     from keras_tfam.generation.samplers import first_argmax
-    from timing import best_interleaved, cpu
 
     forms = {"ops.argmax": lambda x: ops.cast(ops.argmax(x, axis=-1), "int32"), "first_argmax": first_argmax}
 
@@ -56,7 +56,8 @@ def main():
         tokens = {name: ops.convert_to_numpy(run(logits, scale)) for name, run in compiled.items()}  # compiles
         best = best_interleaved(
             {name: lambda run=run: ops.convert_to_numpy(run(logits, scale)) for name, run in compiled.items()},
-            args.repeats, per_call=args.steps,
+            args.repeats,
+            per_call=args.steps,
         )
         same = np.array_equal(tokens["ops.argmax"], tokens["first_argmax"])
         theirs, ours = best["ops.argmax"] * 1e6, best["first_argmax"] * 1e6

@@ -34,6 +34,8 @@ def step_fn(layer, x, causal, jit):
 
 
 def main():
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=512)

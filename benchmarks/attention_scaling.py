@@ -43,6 +43,9 @@ def measure(layer, length, causal, width, repeats):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--width", type=int, default=256)
@@ -72,7 +75,9 @@ def main():
         if 1024 in times:
             ratios = "  ".join(f"{t}: {times[t] / times[1024]:.1f}" for t in sorted(times))
             print(f"{name} time(T)/time(1024): {ratios}")
-    faster = [t for t in sorted(results["linear"]) if t in results["softmax"] and results["linear"][t] < results["softmax"][t]]
+    faster = [
+        t for t in sorted(results["linear"]) if t in results["softmax"] and results["linear"][t] < results["softmax"][t]
+    ]
     print(f"linear faster than softmax from T={faster[0]}" if faster else "linear never faster in this range")
 
 

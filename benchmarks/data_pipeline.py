@@ -42,7 +42,9 @@ def stream_rate(dataset, batches=2000):
 def training_rate(tokens, vocabulary_size, start_id, steps=12):
     config = TrainConfig(max_steps=steps, dropout=0.0)
     model = build_model(config, vocabulary_size)
-    model.compile(build_optimizer(config), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    model.compile(
+        build_optimizer(config), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True
+    )
     data = lm_dataset(tokens, 128, 16, start_id, shuffle=True, seed=0, drop_remainder=True, repeat=True)
     times = []
 
@@ -55,6 +57,9 @@ def training_rate(tokens, vocabulary_size, start_id, steps=12):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "wikitext-2"))
     parser.add_argument("--split", default="valid")

@@ -89,6 +89,9 @@ def measure(build, figure, blocks, length, hidden_dim, batch_size):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=768)
     parser.add_argument("--length", type=int, default=128)
@@ -107,9 +110,22 @@ def main():
     for build in BUILDS:
         result = {}
         for figure in ("rss", "numpy"):
-            command = [sys.executable, __file__, "--build", build, "--figure", figure, "--blocks", str(args.blocks),
-                       "--length", str(args.length), "--hidden-dim", str(args.hidden_dim), "--batch-size",
-                       str(args.batch_size)]
+            command = [
+                sys.executable,
+                __file__,
+                "--build",
+                build,
+                "--figure",
+                figure,
+                "--blocks",
+                str(args.blocks),
+                "--length",
+                str(args.length),
+                "--hidden-dim",
+                str(args.hidden_dim),
+                "--batch-size",
+                str(args.batch_size),
+            ]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             result[figure] = json.loads(output.splitlines()[-1])
         results[build] = result

@@ -39,6 +39,9 @@ def measure(precision, batch, tokens, calls):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     import argparse
     import warnings
 
@@ -60,8 +63,12 @@ def main():
     print("|---|---:|---|---|")
     for precision in PRECISIONS:
         for batch in BATCHES:
-            runs = run_json(os.path.abspath(__file__), f"--case={precision}-{batch}", f"--repeats={args.repeats}",
-                            f"--tokens={args.tokens}")
+            runs = run_json(
+                os.path.abspath(__file__),
+                f"--case={precision}-{batch}",
+                f"--repeats={args.repeats}",
+                f"--tokens={args.tokens}",
+            )
             speeds = ", ".join(f"{run['tokens_per_s']:.1f}" for run in runs)
             use = [run["cpu_per_s"] for run in runs]
             print(f"| {precision} | {batch} | {speeds} | {min(use):.2f}-{max(use):.2f} |")

@@ -29,8 +29,11 @@ def floor(batch, dtype, jit_compile, repeats=20):
 
     rng = np.random.default_rng(0)
     shapes = [(WIDTH, WIDTH)] * 4 + [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)]
-    weights = [tf.Variable(tf.cast(rng.standard_normal(shape, dtype="float32") * 0.02, dtype))
-               for _ in range(LAYERS) for shape in shapes]
+    weights = [
+        tf.Variable(tf.cast(rng.standard_normal(shape, dtype="float32") * 0.02, dtype))
+        for _ in range(LAYERS)
+        for shape in shapes
+    ]
     embedding = tf.Variable(tf.cast(rng.standard_normal((VOCABULARY, WIDTH), dtype="float32") * 0.02, dtype))
     size = 2 if dtype == tf.bfloat16 else 4
     weight_bytes = (sum(int(np.prod(w.shape)) for w in weights) + VOCABULARY * WIDTH) * size
@@ -57,12 +60,14 @@ def floor(batch, dtype, jit_compile, repeats=20):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import tensorflow as tf
-
     from timing import cpu
 
     print(f"machine: {cpu()}; TensorFlow {tf.__version__}\n")
@@ -71,8 +76,11 @@ def main():
         for dtype in (tf.float32, tf.bfloat16):
             for jit_compile in (True, False):
                 steps, bandwidth = floor(batch, dtype, jit_compile)
-                print(f"| {batch} | {dtype.name} | {'XLA' if jit_compile else 'oneDNN'} | {steps:.1f} | "
-                      f"{steps * batch:.1f} | {bandwidth:.1f} |", flush=True)
+                print(
+                    f"| {batch} | {dtype.name} | {'XLA' if jit_compile else 'oneDNN'} | {steps:.1f} | "
+                    f"{steps * batch:.1f} | {bandwidth:.1f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -69,13 +69,15 @@ def train_classifier(model, inputs, weights, steps, batch_size):
     model.backbone.trainable = False
     classifier.compile(keras.optimizers.Adam(1e-3), keras.losses.BinaryCrossentropy(), jit_compile=True)
     data = tf.data.Dataset.from_tensor_slices((inputs, labels, weights)).shuffle(len(inputs), seed=0).repeat()
-    classifier.fit(data.batch(batch_size, drop_remainder=True), steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0)
+    classifier.fit(
+        data.batch(batch_size, drop_remainder=True), steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0
+    )
     model.backbone.trainable = True
     return float(labels[weights > 0].mean())
 
 
 def teacher_forced_scorer(model):
-    """A compiled `(inputs, targets, weights, full_top) -> (nll, layers, mismatches per row)` over one batch of blocks."""
+    """A compiled `(inputs, targets, weights, full_top) -> (nll, layers, mismatches per row)` over one batch."""
 
     @tf.function(jit_compile=True)
     def score(inputs, targets, weights, full_top):
@@ -117,8 +119,13 @@ def evaluate(score, blocks, full_top, batch_size):
         totals += [float(tf.reduce_sum(nll)), float(tf.reduce_sum(layers)), float(tf.reduce_sum(mismatches))]
         per_row.append(np.asarray(mismatches) / weights[part].sum(-1))
     count = float(weights.sum())
-    return {"nll": totals[0], "tokens": count, "layers": totals[1] / count, "agreement": 1 - totals[2] / count,
-            "row_mismatch": np.concatenate(per_row)}
+    return {
+        "nll": totals[0],
+        "tokens": count,
+        "layers": totals[1] / count,
+        "agreement": 1 - totals[2] / count,
+        "row_mismatch": np.concatenate(per_row),
+    }
 
 
 def generation_layers(score, tokens, prompt_length):
@@ -144,6 +151,9 @@ def interleaved_seconds(run, model, threshold, repeats):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default="runs/tiny")
     parser.add_argument("--data-dir", default="../shared/data/wikitext-2")
@@ -172,15 +182,19 @@ def main():
     calibration = (inputs[held], targets[held], weights[held])
     test = tuple(x[: args.eval_blocks] for x in splits["test"][:3])
     print(f"machine: {machine()}")
-    print(f"mini protocol (trained on valid, evaluated on test): {args.run}, {gpt2.num_layers} layers, "
-          f"width {gpt2.hidden_dim}, vocabulary {gpt2.vocabulary_size}; test: first {args.eval_blocks} blocks "
-          f"of 128 tokens ({int(test[2].sum())} tokens); calibration: last {args.calibration_blocks} valid blocks")
+    print(
+        f"mini protocol (trained on valid, evaluated on test): {args.run}, {gpt2.num_layers} layers, "
+        f"width {gpt2.hidden_dim}, vocabulary {gpt2.vocabulary_size}; test: first {args.eval_blocks} blocks "
+        f"of 128 tokens ({int(test[2].sum())} tokens); calibration: last {args.calibration_blocks} valid blocks"
+    )
 
     before = full_top_tokens(gpt2, test[0], args.eval_batch)
     original = EarlyExitLM(gpt2, threshold=1.0)
     original_result = evaluate(teacher_forced_scorer(original), test, before, args.eval_batch)
-    print(f"original GPT-2 (before CALM fine-tuning): test token perplexity "
-          f"{perplexities(original_result['nll'], original_result['tokens'])['token_perplexity']:.2f}")
+    print(
+        f"original GPT-2 (before CALM fine-tuning): test token perplexity "
+        f"{perplexities(original_result['nll'], original_result['tokens'])['token_perplexity']:.2f}"
+    )
 
     models = {
         "softmax_response": original,
@@ -192,15 +206,27 @@ def main():
         print(f"CALM fine-tuned GPT-2 and exit classifier loaded from {args.weights}")
     else:
         t0 = time.perf_counter()
-        calm_finetune(original, inputs[train], targets[train], weights[train], args.finetune_steps,
-                      args.batch_size, args.learning_rate)
-        print(f"CALM fine-tuning: {args.finetune_steps} steps of {args.batch_size} x 128 tokens, "
-              f"{time.perf_counter() - t0:.0f} s")
+        calm_finetune(
+            original,
+            inputs[train],
+            targets[train],
+            weights[train],
+            args.finetune_steps,
+            args.batch_size,
+            args.learning_rate,
+        )
+        print(
+            f"CALM fine-tuning: {args.finetune_steps} steps of {args.batch_size} x 128 tokens, "
+            f"{time.perf_counter() - t0:.0f} s"
+        )
         t0 = time.perf_counter()
-        positives = train_classifier(models["classifier"], inputs[train][:256], weights[train][:256],
-                                     args.classifier_steps, args.batch_size)
-        print(f"exit classifier: {args.classifier_steps} steps, {time.perf_counter() - t0:.0f} s "
-              f"({100 * positives:.0f}% of intermediate top tokens agree with the last layer's)")
+        positives = train_classifier(
+            models["classifier"], inputs[train][:256], weights[train][:256], args.classifier_steps, args.batch_size
+        )
+        print(
+            f"exit classifier: {args.classifier_steps} steps, {time.perf_counter() - t0:.0f} s "
+            f"({100 * positives:.0f}% of intermediate top tokens agree with the last layer's)"
+        )
         if args.weights:
             models["classifier"].save_weights(args.weights)
 
@@ -208,11 +234,15 @@ def main():
     full_calibration = full_top_tokens(gpt2, calibration[0], args.eval_batch)
     prompt = splits["test"][0][:1, : args.prompt].astype("int32")
     text = (test[0][:1], test[1][:1], test[2][:1], full_test[:1])
-    print(f"speed, batch 1, XLA, each threshold timed alternately with threshold 1 (ordinary decoding), "
-          f"median of {args.repeats}: decoding a 128-token test block (teacher-forced) and greedy generation "
-          f"of {args.new} tokens after a {args.prompt}-token test prompt")
-    print("| confidence | threshold | test token ppl | ppl / ordinary | top-1 = full model | layers | "
-          "decoding tok/s (vs ordinary) | speed-up | generation tok/s (vs ordinary) | speed-up | layers (generation) |")
+    print(
+        f"speed, batch 1, XLA, each threshold timed alternately with threshold 1 (ordinary decoding), "
+        f"median of {args.repeats}: decoding a 128-token test block (teacher-forced) and greedy generation "
+        f"of {args.new} tokens after a {args.prompt}-token test prompt"
+    )
+    print(
+        "| confidence | threshold | test token ppl | ppl / ordinary | top-1 = full model | layers | "
+        "decoding tok/s (vs ordinary) | speed-up | generation tok/s (vs ordinary) | speed-up | layers (generation) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     ordinary_ppl = None
     for name, model in models.items():
@@ -226,10 +256,12 @@ def main():
             decode = interleaved_seconds(lambda: score(*text)[0].numpy(), model, threshold, args.repeats)
             generate = interleaved_seconds(lambda: model.generate(prompt, args.new), model, threshold, args.repeats)
             rates = [128 / decode[1], 128 / decode[0], args.new / generate[1], args.new / generate[0]]
-            print(f"| {name} | {threshold:.2f} | {ppl:.2f} | {ppl / ordinary_ppl:.3f} | "
-                  f"{100 * result['agreement']:.1f}% | {result['layers']:.2f} | {rates[0]:.0f} ({rates[1]:.0f}) | "
-                  f"{rates[0] / rates[1]:.2f}x | {rates[2]:.0f} ({rates[3]:.0f}) | {rates[2] / rates[3]:.2f}x | "
-                  f"{layers:.2f} |")
+            print(
+                f"| {name} | {threshold:.2f} | {ppl:.2f} | {ppl / ordinary_ppl:.3f} | "
+                f"{100 * result['agreement']:.1f}% | {result['layers']:.2f} | {rates[0]:.0f} ({rates[1]:.0f}) | "
+                f"{rates[0] / rates[1]:.2f}x | {rates[2]:.0f} ({rates[3]:.0f}) | {rates[2] / rates[3]:.2f}x | "
+                f"{layers:.2f} |"
+            )
         model.threshold = 1.0
 
         risks = {}
@@ -243,11 +275,15 @@ def main():
         chosen, records = learn_then_test(risk, args.thresholds, args.tolerance, args.epsilon)
         grid, _ = grid_search_threshold(risk, args.thresholds, args.tolerance)
         tested = ", ".join(f"{r['threshold']:.2f}: risk {r['risk']:.3f}, p {r['p_value']:.2g}" for r in records)
-        print(f"{name}: Learn-then-Test (tolerance {args.tolerance}, epsilon {args.epsilon}) -> threshold "
-              f"{chosen:.2f} [{tested}]; grid search -> {grid:.2f}")
+        print(
+            f"{name}: Learn-then-Test (tolerance {args.tolerance}, epsilon {args.epsilon}) -> threshold "
+            f"{chosen:.2f} [{tested}]; grid search -> {grid:.2f}"
+        )
     seconds = median_seconds(lambda: gpt2.generate(prompt, max_new_tokens=args.new), warmup=1, repeats=args.repeats)
-    print(f"reference: GPT2LM.generate of the fine-tuned GPT-2 (no exit head), same prompt: "
-          f"{args.new / seconds:.0f} tokens/s")
+    print(
+        f"reference: GPT2LM.generate of the fine-tuned GPT-2 (no exit head), same prompt: "
+        f"{args.new / seconds:.0f} tokens/s"
+    )
     print(f"total {time.perf_counter() - start:.0f} s")
 
 

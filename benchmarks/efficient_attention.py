@@ -72,10 +72,12 @@ def make_attention(family, length, causal, width=WIDTH, heads=HEADS):
         "performer": lambda: PerformerAttention(heads, head, num_features=256, seed=0),
         "rfa": lambda: RandomFeatureAttention(heads, head, num_features=128, gating=causal, seed=0),
         "linformer": lambda: LinformerAttention(heads, head, sequence_length=length, projected_length=256),
-        "lsh": lambda: LSHAttention(heads, head, num_buckets=max(2, length // 32), num_hashes=2, chunk_length=64,
-                                    seed=0),
-        "routing": lambda: RoutingAttention(heads, head, num_clusters=max(2, round(math.sqrt(length))),
-                                            chunk_length=64, seed=0),
+        "lsh": lambda: LSHAttention(
+            heads, head, num_buckets=max(2, length // 32), num_hashes=2, chunk_length=64, seed=0
+        ),
+        "routing": lambda: RoutingAttention(
+            heads, head, num_clusters=max(2, round(math.sqrt(length))), chunk_length=64, seed=0
+        ),
     }[family]()
 
 
@@ -190,8 +192,16 @@ def child_quality(spec):
     tokenizer = WordTokenizer.train(train_lines)
     train_tokens, test_tokens = tokenize_lines(tokenizer, train_lines), tokenize_lines(tokenizer, test_lines)
     keras.utils.set_random_seed(0)
-    model = GPT2LM(tokenizer.vocabulary_size, num_layers=4, num_heads=4, hidden_dim=256, max_sequence_length=128,
-                   dropout=0.1, attention=spec["family"], attention_options=QUALITY_OPTIONS[spec["family"]])
+    model = GPT2LM(
+        tokenizer.vocabulary_size,
+        num_layers=4,
+        num_heads=4,
+        hidden_dim=256,
+        max_sequence_length=128,
+        dropout=0.1,
+        attention=spec["family"],
+        attention_options=QUALITY_OPTIONS[spec["family"]],
+    )
     compile_model(model, 2000)
     data = lm_dataset(train_tokens, 128, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True)
     budget = CpuBudget(spec["cpu_minutes"] * 60)
@@ -199,8 +209,15 @@ def child_quality(spec):
     model.fit(data, steps_per_epoch=1_000_000, epochs=1, shuffle=False, callbacks=[budget], verbose=0)
     trained = time.perf_counter() - start
     result = evaluate_perplexity(model, lm_dataset(test_tokens, 128, 16, tokenizer.eos_id), count_words(test_lines))
-    return {"steps": budget.steps, "wall_seconds": trained, "cpu_seconds": budget.used, "tokens": budget.steps * 16 * 128,
-            "loss": result["loss"], "word_perplexity": result["word_perplexity"], "test_tokens": result["tokens"]}
+    return {
+        "steps": budget.steps,
+        "wall_seconds": trained,
+        "cpu_seconds": budget.used,
+        "tokens": budget.steps * 16 * 128,
+        "loss": result["loss"],
+        "word_perplexity": result["word_perplexity"],
+        "test_tokens": result["tokens"],
+    }
 
 
 # Each family's options in the quality runs (GPT-2 tiny: heads of 64, 128-token blocks).
@@ -259,30 +276,46 @@ def speed(args):
                     print(f"{length:6} {family:>10}   {r['error']}", flush=True)
                     continue
                 ratios = [
-                    f"{r['seconds'] / results[peer]['seconds']:9.2f}" if "seconds" in results.get(peer, {}) else f"{'-':>9}"
+                    f"{r['seconds'] / results[peer]['seconds']:9.2f}"
+                    if "seconds" in results.get(peer, {})
+                    else f"{'-':>9}"
                     for peer in ("softmax", "linear")
                 ]
-                print(f"{length:6} {family:>10} {r['seconds'] * 1e3:9.1f} {_mib(r['allocator_peak'])} "
-                      f"{_mib(r['resident_peak'])} {ratios[0]} {ratios[1]}", flush=True)
+                print(
+                    f"{length:6} {family:>10} {r['seconds'] * 1e3:9.1f} {_mib(r['allocator_peak'])} "
+                    f"{_mib(r['resident_peak'])} {ratios[0]} {ratios[1]}",
+                    flush=True,
+                )
 
 
 def reversible(args):
-    print(f"\ntraining step of a ReversibleStack: batch {args.batch} x {args.length}, width {args.width}, 4 heads, "
-          "causal softmax attention, XLA")
+    print(
+        f"\ntraining step of a ReversibleStack: batch {args.batch} x {args.length}, width {args.width}, 4 heads, "
+        "causal softmax attention, XLA"
+    )
     print(f"{'depth':>5} {'activations':>12} {'ms':>9} {'alloc MiB':>9} {'RSS MiB':>8}")
     peaks = {}
     for recompute in (True, False):
         for depth in args.depths:
-            spec = {"depth": depth, "reversible": recompute, "length": args.length, "batch": args.batch,
-                    "width": args.width, "repeats": args.repeats}
+            spec = {
+                "depth": depth,
+                "reversible": recompute,
+                "length": args.length,
+                "batch": args.batch,
+                "width": args.width,
+                "repeats": args.repeats,
+            }
             r = run_child("reversible", spec, args.timeout)
             label = "recomputed" if recompute else "stored"
             if "error" in r:
                 print(f"{depth:5} {label:>12}   {r['error']}", flush=True)
                 continue
             peaks[label, depth] = r
-            print(f"{depth:5} {label:>12} {r['seconds'] * 1e3:9.1f} {_mib(r['allocator_peak'])} "
-                  f"{_mib(r['resident_peak'])}", flush=True)
+            print(
+                f"{depth:5} {label:>12} {r['seconds'] * 1e3:9.1f} {_mib(r['allocator_peak'])} "
+                f"{_mib(r['resident_peak'])}",
+                flush=True,
+            )
     low, high = min(args.depths), max(args.depths)
     for label in ("recomputed", "stored"):
         if (label, low) in peaks and (label, high) in peaks:
@@ -291,8 +324,10 @@ def reversible(args):
 
 
 def quality(args):
-    print(f"\nmini protocol (train on WikiText-2 valid, evaluate on test; not WikiText-2 test perplexity): "
-          f"GPT-2 tiny, {args.cpu_minutes} CPU-minutes of training each")
+    print(
+        f"\nmini protocol (train on WikiText-2 valid, evaluate on test; not WikiText-2 test perplexity): "
+        f"GPT-2 tiny, {args.cpu_minutes} CPU-minutes of training each"
+    )
     print(f"{'family':>10} {'steps':>6} {'tokens':>10} {'CPU s':>7} {'wall s':>7} {'test loss':>9} {'word ppl':>9}")
     for family in args.families:
         spec = {"family": family, "cpu_minutes": args.cpu_minutes, "data_dir": os.path.abspath(args.data_dir)}
@@ -300,11 +335,17 @@ def quality(args):
         if "error" in r:
             print(f"{family:>10}   {r['error']}", flush=True)
             continue
-        print(f"{family:>10} {r['steps']:6} {r['tokens']:10} {r['cpu_seconds']:7.0f} {r['wall_seconds']:7.0f} "
-              f"{r['loss']:9.4f} {r['word_perplexity']:9.1f}", flush=True)
+        print(
+            f"{family:>10} {r['steps']:6} {r['tokens']:10} {r['cpu_seconds']:7.0f} {r['wall_seconds']:7.0f} "
+            f"{r['loss']:9.4f} {r['word_perplexity']:9.1f}",
+            flush=True,
+        )
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         sys.path.insert(0, HERE)
         print(json.dumps(CHILDREN[sys.argv[2]](json.loads(sys.argv[3]))))

@@ -4,16 +4,16 @@
 
 Decoding a batch of B sequences multiplies B rows by every weight matrix, once per step, inside a
 compiled loop. On a CPU, XLA's product of `x (M, K)` by a `(K, N)` kernel reads the kernel at about half
-the speed of the product of the kernel's rows `(N, K)` by `x^T`. `keras_tfam.layers.Dense` therefore
-multiplies a few rows inside the generator's loop as `keras_tfam.utils.columns_product` over the kernel
-transposed once before the loop (`keras_tfam.utils.kernels_as_rows`), and `TiedEmbedding` its logits as
+more slowly than the product of the kernel's rows `(N, K)` by `x^T`. `keras_tfam.layers.Dense` therefore
+multiplies a few rows inside the generator's loop as `keras_tfam.engine.xla_cpu.columns_product` over the kernel
+transposed once before the loop (`XlaCpuEngine.loop`), and `TiedEmbedding` its logits as
 `(E @ h^T)^T` over the table as it is stored. This times, for each number of rows, one loop step of:
 
 - the feed-forward products of GPT-2 small (12 layers of 768 x 3072 and 3072 x 768, with biases and a
   residual, as in decoding): `keras.layers.Dense` against `keras_tfam.layers.Dense` inside
-  `kernels_as_rows` (the transposed copies made once per call, outside the loop, and counted);
+  the XLA-CPU engine's loop (the transposed copies made once per call, outside the loop, and counted);
 - GPT-2 small's tied head (50,257 x 768): `keras.layers.ReversibleEmbedding` against
-  `keras_tfam.layers.TiedEmbedding`.
+  `keras_tfam.layers.TiedEmbedding` in the XLA-CPU engine.
 
 With `--dtype bfloat16` (or float16) every layer computes in that dtype, as `generation.with_dtype` makes
 a model: XLA's CPU product multiplies float32 copies of 16-bit weights (Keras' layers), and ours copies
@@ -25,7 +25,6 @@ are checked against each other (the same sums in another order: within float32 r
 """
 
 import argparse
-import contextlib
 import os
 import types
 
@@ -39,8 +38,12 @@ def main():
     parser.add_argument("--rows", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64], help="rows per product (2-64)")
     parser.add_argument("--repeats", type=int, default=5, help="series of --steps steps each; the best counts")
     parser.add_argument("--steps", type=int, default=32, help="loop steps per call")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                        help="the layers' dtype (weights and computation)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="the layers' dtype (weights and computation)",
+    )
     args = parser.parse_args()
     from timing import refuse_non_positive
 
@@ -50,10 +53,11 @@ def main():
         parser.error(f"--rows must be integers from 2 to 64. Received: {bad[0]}")
     import keras
     import numpy as np
-
-    from keras_tfam.layers import Dense, TiedEmbedding
-    from keras_tfam.utils import kernels_as_rows
     from timing import best_interleaved, cpu
+
+    from keras_tfam.engine.xla_cpu import XLA_CPU
+    from keras_tfam.layers import Dense, TiedEmbedding
+    from keras_tfam.utils import static_dim
 
     keras.utils.set_random_seed(0)
     kernel_init = keras.initializers.RandomNormal(stddev=0.02)
@@ -81,13 +85,19 @@ def main():
             return x
 
         def run(x):
-            with kernels_as_rows(variables) if rows_context else contextlib.nullcontext():
+            if not rows_context:
+                return keras.ops.fori_loop(0, args.steps, lambda i, x: step(x), x)
+            with XLA_CPU.decoding(variables, static_dim(x.shape[0])), XLA_CPU.loop():
                 return keras.ops.fori_loop(0, args.steps, lambda i, x: step(x), x)
 
         return run
 
     def logits(layer):
         def run(x):
+            with XLA_CPU.decoding():
+                return loop(x)
+
+        def loop(x):
             def body(i, carry):
                 h, total = carry
                 out = layer(h, reverse=True)
@@ -105,8 +115,10 @@ def main():
         "head, keras.layers.ReversibleEmbedding": logits(keras_head),
         "head, keras_tfam TiedEmbedding": logits(head),
     }
-    weight_bytes = {name: 4 * (sum(np.prod(l.kernel.shape) for l in theirs) if "feed" in name else VOCABULARY * WIDTH)
-                    for name in forms}
+    weight_bytes = {
+        name: 4 * (sum(np.prod(layer.kernel.shape) for layer in theirs) if "feed" in name else VOCABULARY * WIDTH)
+        for name in forms
+    }
     print(f"machine: {cpu()}, keras {keras.__version__}, backend {keras.config.backend()}, dtype {args.dtype}")
     print(f"{args.steps} loop steps per call, best of {args.repeats} interleaved series")
     print("| rows | products | ms per step | weight GB/s | Keras' / ours |")
@@ -123,12 +135,13 @@ def main():
             else:  # 384 16-bit roundings in another order drift apart element by element, not as a whole
                 drift = np.linalg.norm(ours_out - keras_out) / np.linalg.norm(keras_out)
                 assert drift < 2e-2, f"{our_name}: {drift:.3f} of {keras_name}'s norm apart"
-        best = best_interleaved({name: lambda fn=fn: keras.ops.convert_to_numpy(fn(x)) for name, fn in compiled.items()},
-                                args.repeats, per_call=args.steps)
+        calls = {name: lambda fn=fn: keras.ops.convert_to_numpy(fn(x)) for name, fn in compiled.items()}
+        best = best_interleaved(calls, args.repeats, per_call=args.steps)
         for keras_name, our_name in (names[:2], names[2:]):
             for name in (keras_name, our_name):
                 ratio = f"{best[keras_name] / best[name]:.2f}x" if name == our_name else ""
-                print(f"| {count} | {name} | {best[name] * 1e3:.2f} | {weight_bytes[name] / best[name] / 1e9:.1f} | {ratio} |")
+                rate = weight_bytes[name] / best[name] / 1e9
+                print(f"| {count} | {name} | {best[name] * 1e3:.2f} | {rate:.1f} | {ratio} |")
 
 
 def _compile(fn, variables):

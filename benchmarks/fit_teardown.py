@@ -38,6 +38,9 @@ def tuner_wakes_ms(until_ms):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fits", type=int, default=6, help="timed rounds of one fit of each kind")
     parser.add_argument("--steps", type=int, default=50, help="training steps per fit")
@@ -57,12 +60,24 @@ def main():
 
     vocabulary_size, batch, length = 283, 32, 64
     keras.utils.set_random_seed(0)
-    model = GPT2LM(vocabulary_size=vocabulary_size, num_layers=2, num_heads=4, hidden_dim=64,
-                   max_sequence_length=length, context_length=length, position="rotary")
-    model.compile(keras.optimizers.AdamW(3e-3, weight_decay=0.0),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True,
-                  steps_per_execution=args.steps_per_execution)
-    tokens = np.random.default_rng(0).integers(0, vocabulary_size, size=(batch * args.steps, length + 1)).astype("int32")
+    model = GPT2LM(
+        vocabulary_size=vocabulary_size,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=64,
+        max_sequence_length=length,
+        context_length=length,
+        position="rotary",
+    )
+    model.compile(
+        keras.optimizers.AdamW(3e-3, weight_decay=0.0),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+        steps_per_execution=args.steps_per_execution,
+    )
+    tokens = (
+        np.random.default_rng(0).integers(0, vocabulary_size, size=(batch * args.steps, length + 1)).astype("int32")
+    )
     x, y = tokens[:, :-1], tokens[:, 1:]
 
     def data(kind, count):
@@ -84,9 +99,13 @@ def main():
     for kind in KINDS:
         model.fit(**data(kind, batch * args.steps_per_execution), epochs=1, shuffle=False, verbose=0)
     print(f"machine: {machine()}, keras {keras.__version__}")
-    print(f"2-layer 64-wide GPT2LM, batch {batch} x {length}, {args.steps} steps a fit, "
-          f"steps_per_execution {args.steps_per_execution}")
-    print("| data | fit | steps' ms per step | fit's ms per step | after the last step, ms | ended at the tuner's wake |")
+    print(
+        f"2-layer 64-wide GPT2LM, batch {batch} x {length}, {args.steps} steps a fit, "
+        f"steps_per_execution {args.steps_per_execution}"
+    )
+    print(
+        "| data | fit | steps' ms per step | fit's ms per step | after the last step, ms | ended at the tuner's wake |"
+    )
     print("|---|---:|---:|---:|---:|---|")
     waits = {kind: [] for kind in KINDS}
     for fit in range(1, args.fits + 1):
@@ -99,8 +118,11 @@ def main():
             waits[kind].append(after_ms)
             ended_ms = (end - start) * 1e3
             wake = [w for w in tuner_wakes_ms(ended_ms) if 0 <= ended_ms - w <= 60]
-            print(f"| {kind} | {fit} | {(times.last - times.first) / args.steps * 1e3:.1f} | "
-                  f"{ended_ms / args.steps:.1f} | {after_ms:,.0f} | {f'{wake[-1]:,} ms' if wake else '-'} |", flush=True)
+            print(
+                f"| {kind} | {fit} | {(times.last - times.first) / args.steps * 1e3:.1f} | "
+                f"{ended_ms / args.steps:.1f} | {after_ms:,.0f} | {f'{wake[-1]:,} ms' if wake else '-'} |",
+                flush=True,
+            )
     print("\n| data | fits that waited over 100 ms after their last step | mean wait, ms |\n|---|---:|---:|")
     for kind, values in waits.items():
         print(f"| {kind} | {sum(v > 100 for v in values)} of {len(values)} | {np.mean(values):,.0f} |")

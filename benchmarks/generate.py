@@ -56,6 +56,9 @@ def matmul_floor_seconds(batch, new, width=256, layers=4, vocab=8192):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[4, 1])
     parser.add_argument("--prompt", type=int, default=32)
@@ -64,8 +67,13 @@ def main():
     args = parser.parse_args()
     keras.utils.set_random_seed(0)
     backbone = keras_hub.models.GPT2Backbone(
-        vocabulary_size=8192, num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024,
-        max_sequence_length=512, dropout=0.0,
+        vocabulary_size=8192,
+        num_layers=4,
+        num_heads=4,
+        hidden_dim=256,
+        intermediate_dim=1024,
+        max_sequence_length=512,
+        dropout=0.0,
     )
     theirs = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     theirs.compile(sampler="greedy")

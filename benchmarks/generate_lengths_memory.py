@@ -63,11 +63,20 @@ def measure(configuration, count, preset):
     gc.collect()
     held = resident_mb() - held_before
     loops = len(generator_module.Generator.for_model(model)._functions)
-    return {"configuration": configuration, "lengths": count, "loops_kept": loops,
-            "held_rss_growth_mb": held, "peak_rss_growth_mb": grown / 1024, "seconds": seconds}
+    return {
+        "configuration": configuration,
+        "lengths": count,
+        "loops_kept": loops,
+        "held_rss_growth_mb": held,
+        "peak_rss_growth_mb": grown / 1024,
+        "seconds": seconds,
+    }
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, default=40, help="distinct max_new_tokens, 3 .. 200")
     parser.add_argument("--preset", default="gpt2_tiny")
@@ -79,14 +88,27 @@ def main():
     results = []
     for configuration in CONFIGURATIONS:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", configuration, "--lengths", str(args.lengths), "--preset", args.preset],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                configuration,
+                "--lengths",
+                str(args.lengths),
+                "--preset",
+                args.preset,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"{'configuration':<22} {'loops kept':>10} {'RSS growth held':>16} {'peak':>10} {'seconds':>8}")
     for r in results:
-        print(f"{r['configuration']:<22} {r['loops_kept']:>10} {r['held_rss_growth_mb']:>13.0f} MB "
-              f"{r['peak_rss_growth_mb']:>7.0f} MB {r['seconds']:>8.1f}")
+        print(
+            f"{r['configuration']:<22} {r['loops_kept']:>10} {r['held_rss_growth_mb']:>13.0f} MB "
+            f"{r['peak_rss_growth_mb']:>7.0f} MB {r['seconds']:>8.1f}"
+        )
     print(json.dumps(results))
 
 

@@ -3,11 +3,11 @@
     python benchmarks/generate_setup.py [--repeats 3]
 
 A `generate` call of GPT-2 small (random weights, batch 1, a 32-token prompt) runs one compiled program:
-it copies the weights it reads as rows (`keras_tfam.utils.kernels_as_rows`; a 16-bit model also widens
+it copies the weights it reads as rows (`keras_tfam.engine.xla_cpu.XlaCpuEngine.loop`; a 16-bit model also widens
 its weights for the prompt's products), runs the prompt, then one loop step per token. Every call
 allocates those temporaries anew. With TensorFlow's default CPU allocator each large block comes from
 the system and is faulted in page by page; pooled (its BFC allocator, `TF_CPU_ALLOCATOR_USE_BFC=true`,
-what importing keras_tfam asks for: `keras_tfam.cpu.pool_cpu_tensor_memory`), freed blocks serve the
+what `keras_tfam.cpu.configure()` asks for), freed blocks serve the
 next call.
 
 Each case runs in a fresh process (the allocator is chosen at a process's first tensor), the cases
@@ -57,8 +57,10 @@ def main():
         runs = results[case]
         precision, memory = case.rsplit("-", 1)
         median, setups = median_step_and_setup(runs)
-        print(f"| {precision} | {memory} | {median['step_ms']:.2f} | {median['setup_ms']:.0f} | "
-              f"{median['tokens_per_s']:.1f} | {setups} |")
+        print(
+            f"| {precision} | {memory} | {median['step_ms']:.2f} | {median['setup_ms']:.0f} | "
+            f"{median['tokens_per_s']:.1f} | {setups} |"
+        )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,16 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINES = (
-    "keras_tfam-float32", "keras_tfam-bfloat16", "keras_tfam-int8", "transformers-float32", "transformers-bfloat16",
-    "onnxruntime-float32", "onnxruntime-int8", "llama.cpp-f32", "llama.cpp-f16", "llama.cpp-q8_0",
+    "keras_tfam-float32",
+    "keras_tfam-bfloat16",
+    "keras_tfam-int8",
+    "transformers-float32",
+    "transformers-bfloat16",
+    "onnxruntime-float32",
+    "onnxruntime-int8",
+    "llama.cpp-f32",
+    "llama.cpp-f16",
+    "llama.cpp-q8_0",
 )
 BF16_UNITS = ("avx512_bf16", "amx_bf16")
 VOCABULARY = 50257
@@ -79,6 +87,10 @@ def run_keras_tfam(directory, precision, args):
     import keras
     import numpy as np
 
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
+
     from keras_tfam.generation import with_dtype
     from keras_tfam.models import GPT2LM
 
@@ -89,7 +101,10 @@ def run_keras_tfam(directory, precision, args):
         model.quantize("int8")  # Keras' own: the Dense layers and the tied embedding/head
     speeds, tokens = timed(
         lambda ids: np.asarray(model.generate(ids.astype("int32"), max_new_tokens=args.new)),
-        args.batch, args.prompt, args.new, args.repeats,
+        args.batch,
+        args.prompt,
+        args.new,
+        args.repeats,
     )
     backend = keras.config.backend()
     version = __import__(backend).__version__
@@ -103,10 +118,20 @@ def hf_greedy(model, new, device="cpu"):
     def generate(ids):
         inputs = torch.tensor(ids, device=device)
         with torch.no_grad():
-            return model.generate(
-                inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=new, min_new_tokens=new,
-                do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
-            ).cpu().numpy()  # waits for the device
+            return (
+                model.generate(
+                    inputs,
+                    attention_mask=torch.ones_like(inputs),
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    do_sample=False,
+                    use_cache=True,
+                    pad_token_id=0,
+                    eos_token_id=None,
+                )
+                .cpu()
+                .numpy()
+            )  # waits for the device
 
     return generate
 
@@ -145,8 +170,11 @@ def run_onnxruntime(directory, precision, args):
 def byte_level_vocabulary(size):
     """A byte-level BPE vocabulary of `size` tokens: GPT-2's 256 byte characters, then merged pairs of them,
     then `<|endoftext|>`. `(tokens, merges)`."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\u00a1"), ord("\u00ac") + 1),
+        *range(ord("\u00ae"), ord("\u00ff") + 1),
+    ]
     extra = iter(range(256, 512))
     chars = [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
     pairs = [(a, b) for a in chars for b in chars][: size - 257]
@@ -169,8 +197,11 @@ def write_gguf(directory, precision, path):
     writer.add_block_count(config["n_layer"])
     writer.add_head_count(config["n_head"])
     writer.add_layer_norm_eps(config["layer_norm_epsilon"])
-    file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                 "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[precision]
+    file_type = {
+        "f32": gguf.LlamaFileType.ALL_F32,
+        "f16": gguf.LlamaFileType.MOSTLY_F16,
+        "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    }[precision]
     writer.add_file_type(file_type)
     tokens, merges = byte_level_vocabulary(config["vocab_size"])
     writer.add_tokenizer_model("gpt2")
@@ -181,9 +212,17 @@ def write_gguf(directory, precision, path):
     writer.add_bos_token_id(len(tokens) - 1)
     writer.add_eos_token_id(len(tokens) - 1)
 
-    names = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm", "ln_1": "attn_norm",
-             "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up",
-             "mlp.c_proj": "ffn_down"}
+    names = {
+        "wte": "token_embd",
+        "wpe": "position_embd",
+        "ln_f": "output_norm",
+        "ln_1": "attn_norm",
+        "attn.c_attn": "attn_qkv",
+        "attn.c_proj": "attn_output",
+        "ln_2": "ffn_norm",
+        "mlp.c_fc": "ffn_up",
+        "mlp.c_proj": "ffn_down",
+    }
     for name, value in load_file(os.path.join(directory, "model.safetensors")).items():
         name = name.removeprefix("transformer.")
         if name.startswith("lm_head.") or name.endswith((".attn.bias", ".attn.masked_bias")):
@@ -228,8 +267,10 @@ def run_llama_cpp(directory, precision, args):
             params.n_ctx = batch * 256 * -(-(args.prompt + args.new) // 256)
             params.n_batch = params.n_ubatch = max(512, batch * args.prompt)
             params.n_threads = params.n_threads_batch = os.cpu_count()
-            contexts[batch] = (llama_cpp.llama_init_from_model(model, params),
-                               llama_cpp.llama_batch_init(params.n_batch, 0, batch))
+            contexts[batch] = (
+                llama_cpp.llama_init_from_model(model, params),
+                llama_cpp.llama_batch_init(params.n_batch, 0, batch),
+            )
         return contexts[batch]
 
     def generate(ids):
@@ -262,8 +303,12 @@ def run_llama_cpp(directory, precision, args):
     return {"tokens_per_s": speeds, "tokens": tokens, "version": version}
 
 
-RUNNERS = {"keras_tfam": run_keras_tfam, "transformers": run_transformers, "onnxruntime": run_onnxruntime,
-           "llama.cpp": run_llama_cpp}
+RUNNERS = {
+    "keras_tfam": run_keras_tfam,
+    "transformers": run_transformers,
+    "onnxruntime": run_onnxruntime,
+    "llama.cpp": run_llama_cpp,
+}
 
 
 def has_modules(python, *modules):
@@ -278,7 +323,9 @@ def default_engines(device):
 
     if device != "cpu" or cpu_flags() & set(BF16_UNITS):
         return list(ENGINES)
-    print(f"transformers-bfloat16: skipped (this CPU has none of {', '.join(BF16_UNITS)}; name it in --engines to run it)")
+    print(
+        f"transformers-bfloat16: skipped (this CPU has none of {', '.join(BF16_UNITS)}; name it in --engines to run it)"
+    )
     return [engine for engine in ENGINES if engine != "transformers-bfloat16"]
 
 
@@ -286,12 +333,23 @@ def compare(args):
     from timing import cpu, run_json
 
     peers = args.peers_python or sys.executable
-    needs = {"transformers": ("torch", "transformers"), "onnxruntime": ("optimum.onnxruntime", "onnxruntime"),
-             "llama.cpp": ("llama_cpp", "gguf", "safetensors")}
+    needs = {
+        "transformers": ("torch", "transformers"),
+        "onnxruntime": ("optimum.onnxruntime", "onnxruntime"),
+        "llama.cpp": ("llama_cpp", "gguf", "safetensors"),
+    }
     directory = tempfile.mkdtemp()
     common = [
-        "--batch", *args.batch, "--prompt", args.prompt, "--new", args.new, "--repeats", args.repeats,
-        "--device", args.device,
+        "--batch",
+        *args.batch,
+        "--prompt",
+        args.prompt,
+        "--new",
+        args.new,
+        "--repeats",
+        args.repeats,
+        "--device",
+        args.device,
     ]
     versions = run_json(__file__, "--engine", "write", "--checkpoint", directory, python=peers)
     results = {}
@@ -306,8 +364,17 @@ def compare(args):
         attempts = ([], ["--no-extra-buffers"]) if family == "llama.cpp" else ([],)
         for extra in attempts:
             try:
-                results[engine] = run_json(__file__, "--engine", engine, "--checkpoint", directory, *common, *extra,
-                                           python=python, timeout=args.timeout)
+                results[engine] = run_json(
+                    __file__,
+                    "--engine",
+                    engine,
+                    "--checkpoint",
+                    directory,
+                    *common,
+                    *extra,
+                    python=python,
+                    timeout=args.timeout,
+                )
                 break
             except (RuntimeError, subprocess.TimeoutExpired) as error:
                 print(f"{' '.join([engine, *extra])}: no result ({str(error).splitlines()[0]})", flush=True)
@@ -320,10 +387,15 @@ def compare(args):
 
     where = cpu() if args.device == "cpu" else f"{gpu_name()} (host: {cpu()})"
     print(f"\nmachine: {where}; torch {versions['torch']}, transformers {versions['transformers']}")
-    print(f"GPT-2 small, random weights, prompt {args.prompt}, {args.new} new tokens, greedy, median of {args.repeats}\n")
+    print(
+        f"GPT-2 small, random weights, prompt {args.prompt}, {args.new} new tokens, greedy, median of {args.repeats}\n"
+    )
     reference = results.get("transformers-float32")
     for batch in map(str, args.batch):
-        print(f"batch {batch}:\n\n| engine | tok/s | keras_tfam float32 / it | tokens = transformers float32 |\n|---|---:|---:|---:|")
+        print(
+            f"batch {batch}:\n\n| engine | tok/s | keras_tfam float32 / it | tokens = transformers float32 |\n"
+            "|---|---:|---:|---:|"
+        )
         ours = results.get("keras_tfam-float32", {}).get("tokens_per_s", {}).get(batch)
         for engine, result in results.items():
             speed = result["tokens_per_s"][batch]
@@ -354,11 +426,19 @@ def main():
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--engines", nargs="+", choices=ENGINES,
-                        help="default: all, less transformers-bfloat16 on a CPU without bfloat16 units")
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        choices=ENGINES,
+        help="default: all, less transformers-bfloat16 on a CPU without bfloat16 units",
+    )
     parser.add_argument("--peers-python", help="the Python of the peers (default: this one)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                        help="the peers' device; ours runs where its backend does (JAX on a GPU: KERAS_BACKEND=jax)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="the peers' device; ours runs where its backend does (JAX on a GPU: KERAS_BACKEND=jax)",
+    )
     parser.add_argument("--timeout", type=float, default=1200, help="seconds an engine may take (then: no result)")
     parser.add_argument("--json", help="also write the results there, engine by engine")
     parser.add_argument("--no-extra-buffers", action="store_true", help=argparse.SUPPRESS)  # llama.cpp (internal)

@@ -33,7 +33,10 @@ VARIANTS = {
 def run_variant(args):
     os.environ.setdefault("KERAS_BACKEND", "jax")
     if args.hlo:
-        dump = f"--xla_dump_to={os.path.join(args.hlo, args.variant)} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*train.*"
+        dump = (
+            f"--xla_dump_to={os.path.join(args.hlo, args.variant)} --xla_dump_hlo_as_text "
+            "--xla_dump_hlo_module_re=.*train.*"
+        )
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {dump}"
     import jax
     import keras
@@ -51,7 +54,9 @@ def run_variant(args):
     model.token_embedding.logits_dtype = logits_dtype  # bfloat16: the head's product is not cast to float32
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True) if loss_kind == "keras" else TokenCrossEntropy()
     model.compile(keras.optimizers.AdamW(6e-4, beta_2=0.95, weight_decay=0.1), loss, jit_compile=True)
-    tokens = np.random.default_rng(0).integers(0, 50257, size=(args.batch * (args.warmup + args.steps + 2), args.length + 1))
+    tokens = np.random.default_rng(0).integers(
+        0, 50257, size=(args.batch * (args.warmup + args.steps + 2), args.length + 1)
+    )
     x, y = tokens[:, :-1].astype("int32"), tokens[:, 1:].astype("int32")
     warm, timed = args.warmup * args.batch, (args.warmup + args.steps) * args.batch
     model.fit(x[:warm], y[:warm], batch_size=args.batch, verbose=0)
@@ -67,8 +72,14 @@ def run_variant(args):
         jax.profiler.stop_trace()
         kernels = gpu_time_per_name(trace_dir)
     fusions = hlo_of_kernels(os.path.join(args.hlo, args.variant), kernels) if args.hlo and kernels else {}
-    return {"variant": args.variant, "step_ms": 1e3 * seconds, "tokens_per_s": args.batch * args.length / seconds,
-            "loss": loss_value, "kernels": kernels, "fusions": fusions}
+    return {
+        "variant": args.variant,
+        "step_ms": 1e3 * seconds,
+        "tokens_per_s": args.batch * args.length / seconds,
+        "loss": loss_value,
+        "kernels": kernels,
+        "fusions": fusions,
+    }
 
 
 def hlo_of_kernels(dump_dir, kernels, count=30):
@@ -95,13 +106,17 @@ def hlo_of_kernels(dump_dir, kernels, count=30):
         body = computations.get(called.group(1), "") if called else ""
         operations = collections.Counter(re.findall(r" = \S+ ([a-z-]+)\(", body))
         origin = re.search(r'op_name="([^"]*)"', line.group(1))
-        found[name] = {"line": line.group(1).split(", metadata=")[0][:300], "op_name": origin.group(1) if origin else "",
-                       "operations": dict(operations.most_common(10))}
+        found[name] = {
+            "line": line.group(1).split(", metadata=")[0][:300],
+            "op_name": origin.group(1) if origin else "",
+            "operations": dict(operations.most_common(10)),
+        }
     return found
 
 
 def gpu_time_per_name(trace_dir):
-    """Microseconds per (trace line, event name) on the device lines (not the host's) of a perfetto trace, over the profiled steps."""
+    """Microseconds per (trace line, event name) on the device lines (not the host's) of a perfetto trace, over the
+    profiled steps."""
     (path,) = glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)
     with gzip.open(path) as f:
         events = json.load(f)["traceEvents"]
@@ -120,6 +135,9 @@ def gpu_time_per_name(trace_dir):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=1024)
@@ -147,7 +165,11 @@ def main():
         except RuntimeError as error:
             print(f"{variant}: failed: {str(error)[-1500:]}", flush=True)
             continue
-        print(f"{variant}: {result['step_ms']:.1f} ms/step, {result['tokens_per_s']:,.0f} tokens/s, loss {result['loss']:.4f}", flush=True)
+        print(
+            f"{variant}: {result['step_ms']:.1f} ms/step, {result['tokens_per_s']:,.0f} tokens/s, "
+            f"loss {result['loss']:.4f}",
+            flush=True,
+        )
         if result["kernels"]:
             lines = collections.Counter()
             for key, us in result["kernels"].items():

@@ -48,26 +48,28 @@ def run_ours(args):
 
     from keras_tfam.losses import TokenCrossEntropy
     from keras_tfam.models import GPT2LM
-
-    from keras_tfam.layers.attention import multi_head_attention
     from keras_tfam.ops.attention import flash_attention_fits
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     keras.utils.set_random_seed(0)
     sizes = {} if args.size == "small" else {"num_layers": 2, "num_heads": 2, "hidden_dim": 64}
-    model = GPT2LM.from_preset(
-        "gpt2_small", vocabulary_size=VOCABULARY, max_sequence_length=args.length, dropout=0.0, **sizes
-    )
+
+    def build(**options):
+        return GPT2LM.from_preset(
+            "gpt2_small", vocabulary_size=VOCABULARY, max_sequence_length=args.length, dropout=0.0, **sizes, **options
+        )
+
+    model = build()
     heads = keras.ops.zeros((1, 8, model.num_heads, model.hidden_dim // model.num_heads), "bfloat16")
     flash = flash_attention_fits(heads, heads) and not args.no_flash
     # The fused kernel against the explicit path on the same weights: largest logit difference (bfloat16).
     sample = random_tokens(2 * args.length, seed=2).astype("int32").reshape(2, args.length)
     fused_logits = np.asarray(model.predict_on_batch(sample), np.float32)
-    multi_head_attention.flash_attention_fits = lambda query, key: False
-    model.predict_function = None  # traced again, now without the fused kernel
-    explicit_logits = np.asarray(model.predict_on_batch(sample), np.float32)
-    if flash:
-        multi_head_attention.flash_attention_fits = flash_attention_fits
+    explicit = build(attention_options={"attention_kernel": "query_blocks"})
+    explicit.set_weights(model.get_weights())
+    explicit_logits = np.asarray(explicit.predict_on_batch(sample), np.float32)
+    if not flash:
+        model = explicit
     model.compile(
         keras.optimizers.AdamW(6e-4, beta_2=0.95, weight_decay=0.1),
         TokenCrossEntropy() if args.loss == "token" else keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -109,24 +111,41 @@ def run_nanogpt(args):
     sizes = SMALL if args.size == "small" else {"n_layer": 2, "n_head": 2, "n_embd": 64}
     iters = args.warmup + args.steps
     options = {
-        **sizes, "dataset": "random", "batch_size": args.batch, "block_size": args.length, "dropout": 0.0,
-        "gradient_accumulation_steps": 1, "max_iters": iters, "lr_decay_iters": iters, "eval_interval": 10**9,
-        "eval_iters": 1, "log_interval": 1, "dtype": "bfloat16", "compile": args.device == "cuda",
-        "device": args.device, "out_dir": os.path.join(workdir, "out"), "always_save_checkpoint": False,
+        **sizes,
+        "dataset": "random",
+        "batch_size": args.batch,
+        "block_size": args.length,
+        "dropout": 0.0,
+        "gradient_accumulation_steps": 1,
+        "max_iters": iters,
+        "lr_decay_iters": iters,
+        "eval_interval": 10**9,
+        "eval_iters": 1,
+        "log_interval": 1,
+        "dtype": "bfloat16",
+        "compile": args.device == "cuda",
+        "device": args.device,
+        "out_dir": os.path.join(workdir, "out"),
+        "always_save_checkpoint": False,
     }
     output = subprocess.run(
         [args.peers_python, "train.py", *[f"--{k}={v}" for k, v in options.items()]],
-        cwd=workdir, capture_output=True, text=True,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
     )
     if output.returncode != 0:
         raise SystemExit(f"nanoGPT's train.py failed:\n{output.stderr[-3000:]}")
     output = output.stdout
     times = [float(t) for t in re.findall(r"^iter \d+: loss [\d.]+, time ([\d.]+)ms", output, re.M)]
-    seconds = statistics.median(times[args.warmup:]) / 1e3
+    seconds = statistics.median(times[args.warmup :]) / 1e3
     return {"tokens_per_s": args.batch * args.length / seconds}
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=1024)
@@ -138,8 +157,12 @@ def main():
     parser.add_argument("--device", default="cuda", help="the peer's device (cuda; cpu to try the script)")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bfloat16 peak (default: by its name)")
     parser.add_argument("--no-flash", action="store_true", help="ours without the fused attention kernel (ablation)")
-    parser.add_argument("--loss", choices=("token", "keras"), default="token",
-                        help="ours with keras_tfam.losses.TokenCrossEntropy (default) or Keras' sparse cross-entropy")
+    parser.add_argument(
+        "--loss",
+        choices=("token", "keras"),
+        default="token",
+        help="ours with keras_tfam.losses.TokenCrossEntropy (default) or Keras' sparse cross-entropy",
+    )
     parser.add_argument("--engine", choices=("ours", "nanogpt"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine:
@@ -159,11 +182,15 @@ def main():
         )
     device, peak = _device(args)
     per_token = flops_per_token(ours["parameters"], ours["layers"], args.length, ours["width"])
-    print(f"device: {device}; GPT-2 {args.size}, batch {args.batch} x {args.length}, bfloat16, {args.steps} timed steps\n")
+    print(
+        f"device: {device}; GPT-2 {args.size}, batch {args.batch} x {args.length}, bfloat16, {args.steps} timed steps\n"
+    )
     print("| engine | tokens/s | keras_tfam / it | MFU |\n|---|---:|---:|---:|")
     for name, result in results.items():
         mfu = f"{100 * result['tokens_per_s'] * per_token / (peak * 1e12):.1f}%" if peak else "-"
-        print(f"| {name} | {result['tokens_per_s']:,.0f} | {ours['tokens_per_s'] / result['tokens_per_s']:.2f}x | {mfu} |")
+        print(
+            f"| {name} | {result['tokens_per_s']:,.0f} | {ours['tokens_per_s'] / result['tokens_per_s']:.2f}x | {mfu} |"
+        )
     print(json.dumps({"device": device, "peak_tflops": peak, "results": results}))
 
 

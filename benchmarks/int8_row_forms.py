@@ -3,7 +3,8 @@
     python benchmarks/int8_row_forms.py [--repeats 5] [--steps 32]
 
 Decoding one sequence multiplies one row by every int8 weight matrix at each step
-(`keras_tfam.utils.rows_product`, what `quantize("int8")` layers run for one row). The forms below compute
+(`keras_tfam.engine.xla_cpu.rows_product`, what `quantize("int8")` layers run for one row in the XLA-CPU
+engine). The forms below compute
 the same integer sums for GPT-2 small's 24 feed-forward matrices (int8 rows `(N, K)` with per-row scales,
 the row quantized per row as Keras' int8 `Dense` does), one row, in one `tf.while_loop`:
 
@@ -30,7 +31,6 @@ def main():
     args = loop_arguments(__doc__.splitlines()[0])
     import numpy as np
     import tensorflow as tf
-
     from timing import FEED_FORWARD_LAYERS, FEED_FORWARD_SHAPES, cpu, feed_forward_kernels, time_feed_forward_forms
 
     rng = np.random.default_rng(0)
@@ -90,7 +90,10 @@ def main():
     first = outputs[next(iter(forms))]
     elements = sum(k * n for k, n in FEED_FORWARD_SHAPES)
     print(f"machine: {cpu()}")
-    print(f"{FEED_FORWARD_LAYERS} x (768 x 3072, 3072 x 768) int8, one row, {args.steps} loop steps per call, best of {args.repeats}")
+    print(
+        f"{FEED_FORWARD_LAYERS} x (768 x 3072, 3072 x 768) int8, one row, {args.steps} loop steps per call, "
+        f"best of {args.repeats}"
+    )
     print("| form | largest difference from the first | ms per step | G weights/s |")
     print("|---|---:|---:|---:|")
     for name in forms:

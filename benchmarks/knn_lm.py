@@ -76,6 +76,9 @@ TEMPERATURES = (1.0, 3.0, 10.0, 30.0, 100.0)
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default="runs/tiny")
     parser.add_argument("--data-dir", default="../shared/data/wikitext-2")
@@ -91,17 +94,29 @@ def main():
 
     gpt2, _, splits = load_mini_protocol(args.run, args.data_dir)
     print(f"machine: {machine()}")
-    print(f"mini protocol (trained on valid, evaluated on test): {args.run}, {gpt2.num_layers} layers, "
-          f"width {gpt2.hidden_dim}, vocabulary {gpt2.vocabulary_size}")
+    print(
+        f"mini protocol (trained on valid, evaluated on test): {args.run}, {gpt2.num_layers} layers, "
+        f"width {gpt2.hidden_dim}, vocabulary {gpt2.vocabulary_size}"
+    )
 
     inputs, targets, weights, _ = splits["valid"]
     t0 = time.perf_counter()
-    datastore = Datastore.from_model(gpt2, inputs, targets, weights, batch_size=args.batch_size, k=args.k,
-                                     temperature=args.temperature, chunk_size=args.chunk_size)
+    datastore = Datastore.from_model(
+        gpt2,
+        inputs,
+        targets,
+        weights,
+        batch_size=args.batch_size,
+        k=args.k,
+        temperature=args.temperature,
+        chunk_size=args.chunk_size,
+    )
     build = time.perf_counter() - t0
     megabytes = datastore.size * (datastore.key_dim + 1) * 4 / 2**20
-    print(f"datastore: {datastore.size} entries x {datastore.key_dim} (float32 keys + ids: {megabytes:.0f} MiB), "
-          f"built in {build:.0f} s")
+    print(
+        f"datastore: {datastore.size} entries x {datastore.key_dim} (float32 keys + ids: {megabytes:.0f} MiB), "
+        f"built in {build:.0f} s"
+    )
 
     test_inputs, test_targets, test_weights, words = splits["test"]
     t0 = time.perf_counter()
@@ -109,8 +124,9 @@ def main():
         recorded = np.load(args.neighbours)
         log_lm, distances, hits = recorded["log_lm"], recorded["distances"], recorded["hits"]
     else:
-        log_lm, distances, hits = retrieve_targets(gpt2, datastore, (test_inputs, test_targets, test_weights),
-                                                   args.batch_size)
+        log_lm, distances, hits = retrieve_targets(
+            gpt2, datastore, (test_inputs, test_targets, test_weights), args.batch_size
+        )
         if args.neighbours:
             np.savez(args.neighbours, log_lm=log_lm, distances=distances, hits=hits)
     retrieval = time.perf_counter() - t0
@@ -120,9 +136,11 @@ def main():
 
     lm_result = perplexities(float(-log_lm.sum()), tokens, words)
     paper = perplexities(knn_nll(log_lm, distances, hits, args.interpolation, args.temperature), tokens, words)
-    print(f"whole test split: GPT-2 word ppl {lm_result['word_perplexity']:.2f}; kNN-LM with the paper's "
-          f"lambda {args.interpolation}, temperature {args.temperature}: {paper['word_perplexity']:.2f} "
-          f"({100 * (paper['word_perplexity'] / lm_result['word_perplexity'] - 1):+.1f}%)")
+    print(
+        f"whole test split: GPT-2 word ppl {lm_result['word_perplexity']:.2f}; kNN-LM with the paper's "
+        f"lambda {args.interpolation}, temperature {args.temperature}: {paper['word_perplexity']:.2f} "
+        f"({100 * (paper['word_perplexity'] / lm_result['word_perplexity'] - 1):+.1f}%)"
+    )
 
     # lambda and temperature chosen on the first half of the test tokens, reported on the second half.
     half = tokens // 2
@@ -130,15 +148,19 @@ def main():
     grid = [(lam, temp) for temp in TEMPERATURES for lam in INTERPOLATIONS]
     tuned = {setting: knn_nll(log_lm[tune], distances[tune], hits[tune], *setting) for setting in grid}
     best = min(tuned, key=tuned.get)
-    print(f"tuned on the first half ({half} tokens): lambda {best[0]}, temperature {best[1]} "
-          f"(token ppl {np.exp(tuned[best] / half):.2f} vs GPT-2 {np.exp(-log_lm[tune].mean()):.2f})")
+    print(
+        f"tuned on the first half ({half} tokens): lambda {best[0]}, temperature {best[1]} "
+        f"(token ppl {np.exp(tuned[best] / half):.2f} vs GPT-2 {np.exp(-log_lm[tune].mean()):.2f})"
+    )
     held_tokens = tokens - half
     print("| second half of test | lambda | temperature | token ppl | change |")
     print("|---|---|---|---|---|")
     lm_held = float(np.exp(-log_lm[report].mean()))
     print(f"| GPT-2 | - | - | {lm_held:.2f} | |")
-    for label, (lam, temp) in (("kNN-LM, paper setting", (args.interpolation, args.temperature)),
-                               ("kNN-LM, tuned on the first half", best)):
+    for label, (lam, temp) in (
+        ("kNN-LM, paper setting", (args.interpolation, args.temperature)),
+        ("kNN-LM, tuned on the first half", best),
+    ):
         ppl = float(np.exp(knn_nll(log_lm[report], distances[report], hits[report], lam, temp) / held_tokens))
         print(f"| {label} | {lam} | {temp} | {ppl:.2f} | {100 * (ppl / lm_held - 1):+.1f}% |")
 
@@ -154,15 +176,20 @@ def main():
         t0 = time.perf_counter()
         result = evaluate_perplexity(model, dataset, check_tokens)
         seconds[name] = time.perf_counter() - t0
-        print(f"check, first {check_tokens} test tokens through evaluate_perplexity: {name} token ppl "
-              f"{result['token_perplexity']:.3f} in {seconds[name]:.1f} s")
+        print(
+            f"check, first {check_tokens} test tokens through evaluate_perplexity: {name} token ppl "
+            f"{result['token_perplexity']:.3f} in {seconds[name]:.1f} s"
+        )
     sub = slice(0, check_tokens)
-    recorded = perplexities(knn_nll(log_lm[sub], distances[sub], hits[sub], args.interpolation, args.temperature),
-                            check_tokens)
+    recorded = perplexities(
+        knn_nll(log_lm[sub], distances[sub], hits[sub], args.interpolation, args.temperature), check_tokens
+    )
     print(f"  (from the recorded neighbours: {recorded['token_perplexity']:.3f})")
     per_token = 1000 * (seconds["kNN-LM"] - seconds["GPT-2"]) / check_tokens
-    print(f"cost: retrieval adds {per_token:.2f} ms per token, {seconds['kNN-LM'] / seconds['GPT-2']:.1f}x the "
-          f"evaluation time of the LM alone")
+    print(
+        f"cost: retrieval adds {per_token:.2f} ms per token, {seconds['kNN-LM'] / seconds['GPT-2']:.1f}x the "
+        f"evaluation time of the LM alone"
+    )
     print(f"total {time.perf_counter() - start:.0f} s")
 
 

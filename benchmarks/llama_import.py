@@ -117,6 +117,9 @@ def child(engine, directory, vocabulary):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--hidden", type=int, default=1024)

@@ -154,7 +154,10 @@ def run_child(arguments, cap_bytes):
 
     process = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(arguments)],
-        capture_output=True, text=True, env=_child_environment(), preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        env=_child_environment(),
+        preexec_fn=limit,
         cwd=os.path.dirname(os.path.abspath(__file__)),
     )
     if process.returncode == 0:
@@ -171,6 +174,9 @@ def dense_scores_bytes(length):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384, 65536])
     parser.add_argument("--window", type=int, default=256)
@@ -201,8 +207,13 @@ def main():
                 reason = f"infeasible: dense scores need {dense_scores_bytes(length) / 2**30:.0f} GiB"
                 result = None
             else:
-                job = {"kind": "train", "implementation": implementation, "length": length, "window": args.window,
-                       "repeats": args.repeats}
+                job = {
+                    "kind": "train",
+                    "implementation": implementation,
+                    "length": length,
+                    "window": args.window,
+                    "repeats": args.repeats,
+                }
                 result, reason = run_child(job, cap)
             results[implementation, length] = result
             if result is None:
@@ -225,8 +236,13 @@ def main():
                 speedup = results[peer, length]["seconds"] / results["window", length]["seconds"]
                 print(f"T={length}: window is {speedup:.1f}x faster than {peer}")
 
-    job = {"kind": "decode", "positions": args.decode_positions, "window": args.window,
-           "steps": args.decode_steps, "repeats": args.repeats}
+    job = {
+        "kind": "decode",
+        "positions": args.decode_positions,
+        "window": args.window,
+        "steps": args.decode_steps,
+        "repeats": args.repeats,
+    }
     decode, reason = run_child(job, cap)
     if decode is None:
         print(f"decode: {reason}")
@@ -234,10 +250,14 @@ def main():
     first, last = (str(position) for position in (args.decode_positions[0], args.decode_positions[-1]))
     for name, by_position in decode.items():
         for position, values in by_position.items():
-            print(f"decode from position {position:>6}: {name:10} ({values['slots']:6} slots) "
-                  f"{values['seconds_per_token'] * 1e6:9.1f} us/token", flush=True)
+            print(
+                f"decode from position {position:>6}: {name:10} ({values['slots']:6} slots) "
+                f"{values['seconds_per_token'] * 1e6:9.1f} us/token",
+                flush=True,
+            )
         ratio = by_position[last]["seconds_per_token"] / by_position[first]["seconds_per_token"]
         print(f"decode time per token at {last} / at {first}: {name} {ratio:.2f}")
+
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

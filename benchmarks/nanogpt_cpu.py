@@ -62,11 +62,25 @@ def run_nanogpt(checkout, python, workdir, iters, eval_iters):
     """nanoGPT's train.py on the prepared data: {"tokens_per_s", "val_loss"}."""
     for name in ("train.py", "model.py", "configurator.py"):
         shutil.copy(os.path.join(checkout, name), workdir)
-    options = {**RECIPE, "device": "cpu", "compile": False, "eval_iters": eval_iters, "log_interval": 1,
-               "max_iters": iters, "lr_decay_iters": iters, "eval_interval": iters, "dataset": "bench_char",
-               "always_save_checkpoint": False, "learning_rate": 1e-3, "min_lr": 1e-4, "beta2": 0.99,
-               "warmup_iters": 100, "gradient_accumulation_steps": 1, "dtype": "float32",
-               "out_dir": os.path.join(workdir, "out")}
+    options = {
+        **RECIPE,
+        "device": "cpu",
+        "compile": False,
+        "eval_iters": eval_iters,
+        "log_interval": 1,
+        "max_iters": iters,
+        "lr_decay_iters": iters,
+        "eval_interval": iters,
+        "dataset": "bench_char",
+        "always_save_checkpoint": False,
+        "learning_rate": 1e-3,
+        "min_lr": 1e-4,
+        "beta2": 0.99,
+        "warmup_iters": 100,
+        "gradient_accumulation_steps": 1,
+        "dtype": "float32",
+        "out_dir": os.path.join(workdir, "out"),
+    }
     arguments = [f"--{key}={value}" for key, value in options.items()]
     output = subprocess.run(
         [python, "train.py", *arguments], cwd=workdir, capture_output=True, text=True, check=True
@@ -94,15 +108,28 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precisi
 
     def build_model():
         return GPT2LM(
-            vocabulary_size=vocabulary_size, num_layers=RECIPE["n_layer"], num_heads=RECIPE["n_head"],
-            hidden_dim=RECIPE["n_embd"], max_sequence_length=block, dropout=0.0,
+            vocabulary_size=vocabulary_size,
+            num_layers=RECIPE["n_layer"],
+            num_heads=RECIPE["n_head"],
+            hidden_dim=RECIPE["n_embd"],
+            max_sequence_length=block,
+            dropout=0.0,
         )
 
     def optimizer():
         # nanoGPT's optimiser: AdamW, warmup over 100 iterations then cosine from 1e-3 to 1e-4 at `iters`,
         # beta2 0.99, weight decay 0.1 (here on matrices only, the pipeline's rule), clipping at 1.
-        return build_optimizer(TrainConfig(learning_rate=1e-3, warmup_steps=100, max_steps=iters,
-                                           min_learning_rate_ratio=0.1, weight_decay=0.1, beta_2=0.99, clip_norm=1.0))
+        return build_optimizer(
+            TrainConfig(
+                learning_rate=1e-3,
+                warmup_steps=100,
+                max_steps=iters,
+                min_learning_rate_ratio=0.1,
+                weight_decay=0.1,
+                beta_2=0.99,
+                clip_norm=1.0,
+            )
+        )
 
     def step_seconds(jit_compile, policy):
         return training_step_seconds(build_model, optimizer, batch, block, vocabulary_size, jit_compile, policy)
@@ -111,7 +138,9 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precisi
     keras.mixed_precision.set_global_policy(path["precision"])
     keras.utils.set_random_seed(1337)
     model = build_model()
-    model.compile(optimizer(), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=path["jit_compile"])
+    model.compile(
+        optimizer(), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=path["jit_compile"]
+    )
     rng = np.random.default_rng(1337)
 
     def windows(data, count):
@@ -140,14 +169,23 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precisi
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", help="a checkout of karpathy/nanoGPT (without it: ours only)")
-    parser.add_argument("--peers-python", default=sys.executable, type=os.path.abspath)  # nanoGPT runs in its own folder
+    parser.add_argument(
+        "--peers-python", default=sys.executable, type=os.path.abspath
+    )  # nanoGPT runs in its own folder
     parser.add_argument("--text", default=DEFAULT_TEXT)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--eval-iters", type=int, default=200)
-    parser.add_argument("--jit", choices=("auto", "on", "off"), default="auto", help="our kernel path, as `tfam train --jit`")
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto", help="our precision, as `tfam train --precision`")
+    parser.add_argument(
+        "--jit", choices=("auto", "on", "off"), default="auto", help="our kernel path, as `tfam train --jit`"
+    )
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default="auto", help="our precision, as `tfam train --precision`"
+    )
     parser.add_argument("--json", help="also write the results there (with the machine and the settings)")
     args = parser.parse_args()
     sys.path.insert(0, HERE)
@@ -161,8 +199,10 @@ def main():
         print(f"nanoGPT: {json.dumps(results['nanoGPT'])}", flush=True)
     results["keras_tfam"] = run_ours(train, val, vocabulary_size, args.iters, args.eval_iters, args.jit, args.precision)
     print(f"keras_tfam: {json.dumps(results['keras_tfam'])}", flush=True)
-    print(f"\nmachine: {cpu()}; text {os.path.basename(args.text)} ({len(train) + len(val):,} characters, "
-          f"{vocabulary_size} distinct), {args.iters} iterations\n")
+    print(
+        f"\nmachine: {cpu()}; text {os.path.basename(args.text)} ({len(train) + len(val):,} characters, "
+        f"{vocabulary_size} distinct), {args.iters} iterations\n"
+    )
     print("| engine | tokens/s | keras_tfam / it | validation loss |\n|---|---:|---:|---:|")
     for name, result in results.items():
         ratio = results["keras_tfam"]["tokens_per_s"] / result["tokens_per_s"]

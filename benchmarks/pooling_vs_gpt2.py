@@ -23,7 +23,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from timing import machine  # noqa: E402
 
-from keras_tfam.models import AttentionPoolingLM, GPT2LM  # noqa: E402
+from keras_tfam.models import GPT2LM, AttentionPoolingLM  # noqa: E402
 from pipelines.data.lm_stream import context_windows, lm_dataset, tokenize_lines  # noqa: E402
 from pipelines.data.tokenizers import WordTokenizer  # noqa: E402
 from pipelines.data.wikitext import find_split, read_lines  # noqa: E402
@@ -69,6 +69,9 @@ def nll_of_windows(model, windows, targets, gpt2):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "wikitext-2"))
     parser.add_argument("--minutes", type=float, default=3.0)
@@ -83,28 +86,47 @@ def main():
     vocabulary = tokenizer.vocabulary_size
     budget = args.minutes * 60
     print(f"machine: {machine()}")
-    print(f"mini protocol: train on valid ({train_tokens.size} tokens), evaluate on the first {targets.size} test tokens")
+    print(
+        f"mini protocol: train on valid ({train_tokens.size} tokens), evaluate on the first {targets.size} test tokens"
+    )
     results = {}
 
     keras.utils.set_random_seed(0)
     gpt2 = GPT2LM(vocabulary, num_layers=4, num_heads=4, hidden_dim=256, max_sequence_length=CONTEXT)
     compile_model(gpt2, 2000)
-    data = lm_dataset(train_tokens, CONTEXT, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True)
+    data = lm_dataset(
+        train_tokens, CONTEXT, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True
+    )
     timer = Budget(budget)
-    gpt2.fit(data.map(lambda x, y, w: (x, y, w)), steps_per_epoch=100000, epochs=1, shuffle=False, callbacks=[timer], verbose=0)
+    gpt2.fit(
+        data.map(lambda x, y, w: (x, y, w)),
+        steps_per_epoch=100000,
+        epochs=1,
+        shuffle=False,
+        callbacks=[timer],
+        verbose=0,
+    )
     results["GPT-2 decoder"] = (timer.steps, timer.steps * 16 * CONTEXT, nll_of_windows(gpt2, windows, targets, True))
 
     keras.utils.set_random_seed(0)
     pooling = AttentionPoolingLM(vocabulary, context_length=CONTEXT, num_layers=4, num_heads=4, hidden_dim=256)
     compile_model(pooling, 2000)
     train_windows, train_targets = context_windows(train_tokens, CONTEXT, tokenizer.eos_id)
-    stream = tf.data.Dataset.from_tensor_slices((train_windows, train_targets)).shuffle(len(train_targets), seed=0).repeat().batch(16)
+    stream = (
+        tf.data.Dataset.from_tensor_slices((train_windows, train_targets))
+        .shuffle(len(train_targets), seed=0)
+        .repeat()
+        .batch(16)
+    )
     timer = Budget(budget)
     pooling.fit(stream, steps_per_epoch=100000, epochs=1, shuffle=False, callbacks=[timer], verbose=0)
     results["attention pooling"] = (timer.steps, timer.steps * 16, nll_of_windows(pooling, windows, targets, False))
 
     for name, (steps, predicted, nll) in results.items():
-        print(f"{name:18} {steps:6} steps  {predicted:9} training targets  test word perplexity {math.exp(nll / targets.size):9.1f}")
+        print(
+            f"{name:18} {steps:6} steps  {predicted:9} training targets  "
+            f"test word perplexity {math.exp(nll / targets.size):9.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ def quantize_seconds(case):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     from timing import case_arguments, cpu, interleaved_processes
 
     args = case_arguments(__doc__.splitlines()[0], CASES, repeats=3)

@@ -94,8 +94,15 @@ def characters(data):
 def tiny(vocabulary, dtype=None):
     from keras_tfam.models import GPT2LM
 
-    return GPT2LM(vocabulary_size=vocabulary, num_layers=4, num_heads=4, hidden_dim=128, max_sequence_length=128,
-                  position="rotary", dtype=dtype)
+    return GPT2LM(
+        vocabulary_size=vocabulary,
+        num_layers=4,
+        num_heads=4,
+        hidden_dim=128,
+        max_sequence_length=128,
+        position="rotary",
+        dtype=dtype,
+    )
 
 
 def run_perplexity(data, steps, path):
@@ -124,7 +131,9 @@ def run_perplexity(data, steps, path):
             return model
 
         model = with_precision(build, precision)
-        logits = np.concatenate([keras.ops.convert_to_numpy(model(inputs[i : i + 32])) for i in range(0, len(inputs), 32)])
+        logits = np.concatenate(
+            [keras.ops.convert_to_numpy(model(inputs[i : i + 32])) for i in range(0, len(inputs), 32)]
+        )
         logits = logits.astype(np.float64)
         log_z = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
         nll = log_z - np.take_along_axis(logits, targets[..., None], -1)[..., 0]
@@ -139,6 +148,9 @@ def child(*arguments):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--train-steps", type=int, default=600)
@@ -159,19 +171,31 @@ def main():
 
     generated = {p: child("--child", "generate", "--precision", p, "--new", str(args.new)) for p in PRECISIONS}
     with tempfile.TemporaryDirectory() as folder:
-        quality = child("--child", "perplexity", "--data", os.path.abspath(args.data), "--train-steps",
-                        str(args.train_steps), "--weights", os.path.join(folder, "tiny.weights.h5"))
+        quality = child(
+            "--child",
+            "perplexity",
+            "--data",
+            os.path.abspath(args.data),
+            "--train-steps",
+            str(args.train_steps),
+            "--weights",
+            os.path.join(folder, "tiny.weights.h5"),
+        )
     print(f"machine: {machine()}")
     print(f"GPT-2 small (random weights), prompts 32, {args.new} new tokens; tiny char model {args.train_steps} steps")
-    print(f"{'precision':10s}{'weights MB':>12s}{'peak MB':>10s}{'tok/s b1':>10s}{'x f32':>7s}{'tok/s b8':>10s}"
-          f"{'x f32':>7s}{'bits/char':>11s}{'vs f32':>9s}")
+    print(
+        f"{'precision':10s}{'weights MB':>12s}{'peak MB':>10s}{'tok/s b1':>10s}{'x f32':>7s}{'tok/s b8':>10s}"
+        f"{'x f32':>7s}{'bits/char':>11s}{'vs f32':>9s}"
+    )
     base = generated["float32"]
     for p in PRECISIONS:
         g, q = generated[p], quality[p]
-        print(f"{p:10s}{g['weight_bytes'] / 2**20:12.1f}{g['peak_mb']:10.0f}{g['tokens_per_s_b1']:10.2f}"
-              f"{g['tokens_per_s_b1'] / base['tokens_per_s_b1']:6.2f}x{g['tokens_per_s_b8']:10.2f}"
-              f"{g['tokens_per_s_b8'] / base['tokens_per_s_b8']:6.2f}x{q['bits_per_character']:11.4f}"
-              f"{100 * (q['bits_per_character'] / quality['float32']['bits_per_character'] - 1):+8.2f}%")
+        print(
+            f"{p:10s}{g['weight_bytes'] / 2**20:12.1f}{g['peak_mb']:10.0f}{g['tokens_per_s_b1']:10.2f}"
+            f"{g['tokens_per_s_b1'] / base['tokens_per_s_b1']:6.2f}x{g['tokens_per_s_b8']:10.2f}"
+            f"{g['tokens_per_s_b8'] / base['tokens_per_s_b8']:6.2f}x{q['bits_per_character']:11.4f}"
+            f"{100 * (q['bits_per_character'] / quality['float32']['bits_per_character'] - 1):+8.2f}%"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "generate": generated, "quality": quality}, f, indent=1)

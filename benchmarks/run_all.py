@@ -29,8 +29,14 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECTION = "## Every peer, machine by machine (`benchmarks/run_all.py`)"
 # A peer's weight format -> our engine at the same bytes per weight.
-SAME_WIDTH = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "f16": "bfloat16",
-              "int8": "int8", "q8_0": "int8"}
+SAME_WIDTH = {
+    "float32": "float32",
+    "f32": "float32",
+    "bfloat16": "bfloat16",
+    "f16": "bfloat16",
+    "int8": "int8",
+    "q8_0": "int8",
+}
 
 
 def run_script(script, json_path, *arguments):
@@ -51,8 +57,13 @@ def decoding_table(result_file):
     results, batches = result_file["results"], [str(b) for b in result_file["settings"]["batch"]]
     reference = results.get("transformers-float32")
     speeds = {engine: result["tokens_per_s"] for engine, result in results.items()}
-    header = ["engine", *(f"tok/s, batch {b}" for b in batches), *(f"ours same width / it, batch {b}" for b in batches),
-              *(f"ours f32 / it, batch {b}" for b in batches), *(f"tokens = transformers f32, batch {b}" for b in batches)]
+    header = [
+        "engine",
+        *(f"tok/s, batch {b}" for b in batches),
+        *(f"ours same width / it, batch {b}" for b in batches),
+        *(f"ours f32 / it, batch {b}" for b in batches),
+        *(f"tokens = transformers f32, batch {b}" for b in batches),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
     for engine, result in results.items():
         ours = speeds.get(f"keras_tfam-{SAME_WIDTH.get(engine.split('-', 1)[1], 'float32')}", {})
@@ -63,15 +74,25 @@ def decoding_table(result_file):
                 continue
             pairs = [(x, y) for r, s in zip(result["tokens"][b], reference["tokens"][b]) for x, y in zip(r, s)]
             same.append(f"{100 * sum(x == y for x, y in pairs) / len(pairs):.1f}%")
-        lines.append("| " + " | ".join([
-            engine, *(f"{speeds[engine][b]:.1f}" for b in batches),
-            *(ratio(ours.get(b), speeds[engine][b]) for b in batches),
-            *(ratio(speeds.get("keras_tfam-float32", {}).get(b), speeds[engine][b]) for b in batches), *same,
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    engine,
+                    *(f"{speeds[engine][b]:.1f}" for b in batches),
+                    *(ratio(ours.get(b), speeds[engine][b]) for b in batches),
+                    *(ratio(speeds.get("keras_tfam-float32", {}).get(b), speeds[engine][b]) for b in batches),
+                    *same,
+                ]
+            )
+            + " |"
+        )
     versions = "; ".join(dict.fromkeys(result["version"] for result in results.values()))
     settings = result_file["settings"]
-    return (f"GPT-2 small, random weights, prompt {settings['prompt']}, {settings['new']} new tokens, greedy, "
-            f"median of {settings['repeats']}; {versions}.\n\n" + "\n".join(lines))
+    return (
+        f"GPT-2 small, random weights, prompt {settings['prompt']}, {settings['new']} new tokens, greedy, "
+        f"median of {settings['repeats']}; {versions}.\n\n" + "\n".join(lines)
+    )
 
 
 def training_table(result_file):
@@ -80,16 +101,17 @@ def training_table(result_file):
     ours = results["keras_tfam"]["tokens_per_s"]
     lines = ["| engine | tokens/s | keras_tfam / it | validation loss | kernel path |", "|---|---:|---:|---:|---|"]
     for name, result in results.items():
-        lines.append(f"| {name} | {result['tokens_per_s']:,.0f} | {ratio(ours, result['tokens_per_s'])} | "
-                     f"{result['val_loss']:.4f} | {result.get('kernel_path', '-').removeprefix('kernel path: ')} |")
+        lines.append(
+            f"| {name} | {result['tokens_per_s']:,.0f} | {ratio(ours, result['tokens_per_s'])} | "
+            f"{result['val_loss']:.4f} | {result.get('kernel_path', '-').removeprefix('kernel path: ')} |"
+        )
     text = os.path.basename(result_file["settings"]["text"])
     return f"nanoGPT's CPU recipe on {text}, {result_file['settings']['iters']} iterations.\n\n" + "\n".join(lines)
 
 
 def machine_block(machine, runs, command):
     """The BENCHMARKS.md block of one machine: its name, the command, and a table per comparison run."""
-    parts = [f"<!-- machine: {machine} -->", f"### {machine}", "",
-             f"{datetime.date.today().isoformat()}, `{command}`."]
+    parts = [f"<!-- machine: {machine} -->", f"### {machine}", "", f"{datetime.date.today().isoformat()}, `{command}`."]
     if "decoding" in runs:
         parts += ["", "#### Greedy decoding (`generate_vs_transformers.py`)", "", decoding_table(runs["decoding"])]
     if "training" in runs:
@@ -110,8 +132,10 @@ def write_block(path, machine, block):
         end = start + following.start() if following else len(text)
         text = text[:end].rstrip("\n") + "\n\n" + block + "\n" + ("\n" + text[end:] if following else "")
     else:
-        intro = ("Written by `benchmarks/run_all.py`: one block per kind of machine, each from one run on that "
-                 "machine; compare ratios within a block only.")
+        intro = (
+            "Written by `benchmarks/run_all.py`: one block per kind of machine, each from one run on that "
+            "machine; compare ratios within a block only."
+        )
         text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{intro}\n\n{block}\n"
     with open(path, "w") as f:
         f.write(text)
@@ -146,7 +170,9 @@ def main():
         if "decoding" in args.only:
             runs["decoding"] = run_script("generate_vs_transformers.py", os.path.join(folder, "decoding.json"), *peers)
         if "training" in args.only and args.nanogpt:
-            runs["training"] = run_script("nanogpt_cpu.py", os.path.join(folder, "training.json"), "--nanogpt", args.nanogpt, *peers)
+            runs["training"] = run_script(
+                "nanogpt_cpu.py", os.path.join(folder, "training.json"), "--nanogpt", args.nanogpt, *peers
+            )
         elif "training" in args.only:
             print("training: skipped (no --nanogpt checkout)", flush=True)
     machines = {result_file["machine"] for result_file in runs.values()}
@@ -154,11 +180,14 @@ def main():
         raise SystemExit(f"the runs come from different machines ({sorted(machines)}): not written together")
     machine = machines.pop()
     command = "python benchmarks/run_all.py --peers-python .venv-peers/bin/python" + (
-        " --nanogpt NANOGPT" if "training" in runs else " --only decoding")
+        " --nanogpt NANOGPT" if "training" in runs else " --only decoding"
+    )
     if args.source:  # say how the tables were made: each script run on its own, then written from its JSON
         scripts = {"decoding": "generate_vs_transformers.py", "training": "nanogpt_cpu.py"}
-        command = (" and ".join(f"benchmarks/{scripts[name]} --json" for name in runs)
-                   + "`, written by `python benchmarks/run_all.py --from DIR")
+        command = (
+            " and ".join(f"benchmarks/{scripts[name]} --json" for name in runs)
+            + "`, written by `python benchmarks/run_all.py --from DIR"
+        )
     write_block(args.benchmarks_md, machine, machine_block(machine, runs, command))
     print(f"\n{machine}: {', '.join(runs)} written into {os.path.relpath(args.benchmarks_md)} (JSON in {folder})")
 

@@ -14,11 +14,18 @@ def run_json(script, *arguments, cwd=None, python=None, timeout=None):
     TensorFlow never share one), with this Python or `python` (a peers' venv); the JSON object its last
     line of output prints."""
     result = subprocess.run(
-        [python or sys.executable, script, *map(str, arguments)], capture_output=True, text=True, cwd=cwd,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=timeout,
+        [python or sys.executable, script, *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=timeout,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{os.path.basename(script)} {' '.join(map(str, arguments))} failed (exit code {result.returncode}):\n{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{os.path.basename(script)} {' '.join(map(str, arguments))} failed (exit code {result.returncode}):\n"
+            f"{result.stderr[-3000:]}"
+        )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -130,9 +137,7 @@ def machine():
 
     gpus = tf.config.list_physical_devices("GPU")
     device = ", ".join(tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus)
-    return cpu() + (
-        f", {device}" if device else ", no GPU"
-    ) + f", TF {tf.__version__}"
+    return cpu() + (f", {device}" if device else ", no GPU") + f", TF {tf.__version__}"
 
 
 def gpt2_small(precision="float32"):
@@ -156,7 +161,10 @@ def gpt2_small(precision="float32"):
 
 # GPT-2 small's 24 feed-forward kernels, `(K, N)`: what the one-row loops below multiply.
 FEED_FORWARD_WIDTH, FEED_FORWARD_LAYERS = 768, 12
-FEED_FORWARD_SHAPES = [(FEED_FORWARD_WIDTH, 4 * FEED_FORWARD_WIDTH), (4 * FEED_FORWARD_WIDTH, FEED_FORWARD_WIDTH)] * FEED_FORWARD_LAYERS
+FEED_FORWARD_SHAPES = [
+    (FEED_FORWARD_WIDTH, 4 * FEED_FORWARD_WIDTH),
+    (4 * FEED_FORWARD_WIDTH, FEED_FORWARD_WIDTH),
+] * FEED_FORWARD_LAYERS
 
 
 def feed_forward_kernels(rng):
@@ -174,8 +182,9 @@ def time_feed_forward_forms(products, rng, repeats, steps):
     x = tf.constant(rng.standard_normal((1, FEED_FORWARD_WIDTH)).astype("float32"))
     compiled = {name: feed_forward_loop(product, len(FEED_FORWARD_SHAPES), steps) for name, product in products.items()}
     outputs = {name: np.asarray(run(x)) for name, run in compiled.items()}  # compiles each
-    best = best_interleaved({name: lambda run=run: run(x).numpy() for name, run in compiled.items()}, repeats,
-                            per_call=steps)
+    best = best_interleaved(
+        {name: lambda run=run: run(x).numpy() for name, run in compiled.items()}, repeats, per_call=steps
+    )
     return outputs, best
 
 
@@ -213,8 +222,12 @@ def step_and_setup(model, ids, short=8, long=136, calls=4):
             best[new] = min(best.get(new, float("inf")), time.perf_counter() - start)
     step, setup = step_and_setup_of(best, short, long)
     new = long - short
-    return {"step_ms": step * 1e3, "setup_ms": setup * 1e3, "tokens_per_s": new / (setup + new * step),
-            "tokens": tokens[long].tolist()}
+    return {
+        "step_ms": step * 1e3,
+        "setup_ms": setup * 1e3,
+        "tokens_per_s": new / (setup + new * step),
+        "tokens": tokens[long].tolist(),
+    }
 
 
 def step_and_setup_of(best, short=8, long=136):
@@ -243,4 +256,3 @@ def loop_arguments(description):
     args = parser.parse_args()
     refuse_non_positive(parser, args, "repeats", "steps")
     return args
-

@@ -66,8 +66,9 @@ class Budget(keras.callbacks.Callback):
 
 def train(vocabulary, tokens, eos, memory, segment, seconds, snapshot_at=None):
     keras.utils.set_random_seed(0)
-    model = TransformerXLLM.from_preset("transformer_xl_tiny", vocabulary_size=vocabulary, memory_length=memory,
-                                        context_length=segment)
+    model = TransformerXLLM.from_preset(
+        "transformer_xl_tiny", vocabulary_size=vocabulary, memory_length=memory, context_length=segment
+    )
     model.build((BATCH, segment))
     schedule = keras.optimizers.schedules.CosineDecay(0.0, 2000, warmup_target=1e-3, warmup_steps=100, alpha=0.1)
     optimizer = keras.optimizers.AdamW(schedule, weight_decay=0.1, global_clipnorm=1.0)
@@ -116,6 +117,9 @@ def evaluate_sliding_window(model, tokens, eos, length, batch=64):
 
 
 def main():
+    import keras_tfam
+
+    keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "wikitext-2"))
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget of each model")
@@ -136,6 +140,7 @@ def main():
         f"{words} words); transformer_xl_tiny, segments of {args.segment}, batch {BATCH}, "
         f"{args.minutes} min of training each"
     )
+
     def report(label, steps, result):
         nll, count, seconds = result
         print(
@@ -152,8 +157,11 @@ def main():
     reference, reference_steps, snapshot = train(
         vocabulary, train_tokens, eos, 0, args.segment, args.minutes * 60, snapshot_at=steps
     )
-    report(f"memory    0, {args.minutes} min", reference_steps,
-           evaluate_with_memory(reference, test_tokens, eos, args.segment))
+    report(
+        f"memory    0, {args.minutes} min",
+        reference_steps,
+        evaluate_with_memory(reference, test_tokens, eos, args.segment),
+    )
     if snapshot is not None:
         reference.set_weights(snapshot)
         report("memory    0, equal steps", steps, evaluate_with_memory(reference, test_tokens, eos, args.segment))

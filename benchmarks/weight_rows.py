@@ -6,7 +6,7 @@ Decoding one sequence multiplies a single row by every weight, once per step, in
 XLA's CPU backend has no bfloat16, float16 or int8 matrix-vector kernel: it converts the weights to
 float32 for its dot. A loop-invariant conversion is hoisted out of the loop (the loop then reads a
 float32 copy), so each narrow form below takes the cast inside the loop the way
-`keras_tfam.utils.int8_rows_product` does: the weights stored as rows `(N, K)`, a zero computed from
+`keras_tfam.engine.xla_cpu.rows_product` does: the weights stored as rows `(N, K)`, a zero computed from
 the input added to them, and the product `x @ rows^T`, into which XLA fuses the cast.
 
 The products are GPT-2 small's feed-forward matrices (12 layers of 768 x 3072 and 3072 x 768, each
@@ -19,7 +19,7 @@ hits every form alike:
 - `bfloat16, Keras' layout`: bfloat16 weights `(K, N)` and bfloat16 compute (what `with_dtype` runs);
 - `bfloat16 rows` / `float16 rows` / `int8 rows`: the narrow weights as rows, cast inside the loop;
 - `bfloat16 bits as rows`: bfloat16 rows kept as `uint16` and widened by a 16-bit shift, bitcast to
-  float32 (bfloat16 is float32's upper half), inside the loop (what `keras_tfam.utils.rows_product` does
+  float32 (bfloat16 is float32's upper half), inside the loop (what `keras_tfam.engine.xla_cpu.rows_product` does
   with bfloat16 rows, where `keras_tfam.cpu.bfloat16_rows_pay`).
 
 It prints milliseconds per step and the weight bytes read per second at each form's own width (the
@@ -38,7 +38,6 @@ def main():
     args = loop_arguments(__doc__.splitlines()[0])
     import numpy as np
     import tensorflow as tf
-
     from timing import FEED_FORWARD_LAYERS, FEED_FORWARD_SHAPES, cpu, feed_forward_kernels, time_feed_forward_forms
 
     rng = np.random.default_rng(0)
@@ -89,16 +88,22 @@ def main():
         "int8 rows": (as_rows("int8"), 1),
     }
 
-    _, best = time_feed_forward_forms({name: product for name, (product, _) in forms.items()}, rng, args.repeats,
-                                      args.steps)
+    _, best = time_feed_forward_forms(
+        {name: product for name, (product, _) in forms.items()}, rng, args.repeats, args.steps
+    )
     elements = sum(k * n for k, n in FEED_FORWARD_SHAPES)
     print(f"machine: {cpu()}")
-    print(f"{FEED_FORWARD_LAYERS} x (768 x 3072, 3072 x 768), one row, {args.steps} loop steps per call, best of {args.repeats}")
+    print(
+        f"{FEED_FORWARD_LAYERS} x (768 x 3072, 3072 x 768), one row, {args.steps} loop steps per call, "
+        f"best of {args.repeats}"
+    )
     print("| weights | ms per step | GB/s at its width | float32 / it |")
     print("|---|---:|---:|---:|")
     for name, (_, width) in forms.items():
-        print(f"| {name} | {best[name] * 1e3:.2f} | {elements * width / best[name] / 1e9:.1f} | "
-              f"{best['float32'] / best[name]:.2f}x |")
+        print(
+            f"| {name} | {best[name] * 1e3:.2f} | {elements * width / best[name] / 1e9:.1f} | "
+            f"{best['float32'] / best[name]:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

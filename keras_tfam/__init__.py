@@ -1,26 +1,28 @@
 """keras_tfam: Transformer building blocks for Keras 3 and the GPT-2 pipeline built from them.
 
-The library is backend-neutral (`keras.ops` only): it runs on TensorFlow,
-JAX and PyTorch. TensorFlow is the default: importing keras_tfam before
-Keras sets `KERAS_BACKEND=tensorflow` unless the user chose another backend.
-The pipelines (`pipelines/`) need TensorFlow. Importing keras_tfam also asks
-TensorFlow to pool its CPU tensor memory (`cpu.pool_cpu_tensor_memory`: faster
-training steps and `generate` calls) unless `TF_CPU_ALLOCATOR_USE_BFC` is set.
+The library is backend-neutral (`keras.ops` only): it runs on whichever backend Keras runs on
+(TensorFlow, JAX or PyTorch: `KERAS_BACKEND` or `~/.keras/keras.json`, as Keras decides). The
+pipelines (`pipelines/`) need TensorFlow. Importing keras_tfam changes nothing in the process;
+`keras_tfam.cpu.configure()` is the one call that sets process options (pooled tensor memory,
+XLA's vector width), made by the `tfam` command line and available to users.
 """
 
-import os
-
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-from keras_tfam import cpu  # noqa: E402  (only `os`: no tensor before the next line)
-
-cpu.pool_cpu_tensor_memory()  # before TensorFlow's first tensor, unless the user made one or said otherwise
-
-from keras_tfam import generation, layers, losses, models, ops, retrieval  # noqa: E402
-from keras_tfam import convert  # noqa: E402  (after the models it fills: registers their loaders)
+from keras_tfam import convert, cpu, engine, generation, layers, losses, models, ops, retrieval
 
 __version__ = "0.2.0"
-__all__ = ["cpu", "generation", "keras_backend", "layers", "losses", "models", "ops", "retrieval", "__version__"]
+__all__ = [
+    "convert",
+    "cpu",
+    "engine",
+    "generation",
+    "keras_backend",
+    "layers",
+    "losses",
+    "models",
+    "ops",
+    "retrieval",
+    "__version__",
+]
 
 
 def keras_backend():

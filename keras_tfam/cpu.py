@@ -1,38 +1,67 @@
-"""The CPU keras_tfam runs on: its feature flags, the vector width XLA compiles for, and how
-TensorFlow holds tensor memory there.
+"""Process settings for running keras_tfam on a CPU, made by one explicit call: `configure()`.
 
-XLA's CPU backend prefers 256-bit vectors on x86 (`--xla_cpu_prefer_vector_width`,
-default 256), a default made for the Intel CPUs whose clocks drop under 512-bit
-instructions. On a CPU with AVX-512, `prefer_wide_vectors()` asks for 512: the
-product that decodes int8 weights one token at a time converts each weight as
-it reads it, and at 512 bits each instruction converts twice as many. Measured
-on a 2-core Xeon with AVX-512 and AMX (BENCHMARKS.md, "Wider vectors"), GPT-2
-small's int8 decoding at batch 1 ran 1.07-1.25x faster, training did not move,
-and float32 decoding at batch 8 ran about 10% slower; so it is a choice for a
-process that decodes int8 weights one sequence at a time, not a default.
+Importing keras_tfam changes nothing in the process. `configure()` is what the `tfam` command line,
+the scripts and the benchmarks call first; a user's program may call it too. It sets environment
+variables that TensorFlow and XLA read once, so it must run before the first tensor is made and
+before anything is compiled; a variable the user already set is kept.
 
-XLA reads `XLA_FLAGS` once, at its first compilation, for TensorFlow's XLA and
-JAX's alike: call `prefer_wide_vectors()` before anything compiles (a process
-that compiled with XLA before keeps what it had). `XLA_FLAGS` that already name
-a width are kept. `TFAM_CPU_FLAGS` (space-separated `/proc/cpuinfo` flags)
-stands in for the CPU's flags, to try a choice on another machine's features.
+- Pooled tensor memory (TensorFlow): `TF_CPU_ALLOCATOR_USE_BFC=true`, TensorFlow's BFC allocator,
+  which keeps freed blocks for the next step instead of handing each large one back to the system
+  (so training steps and `generate` calls do not fault their temporaries in afresh). Its cap,
+  `TF_CPU_BFC_MEM_LIMIT_IN_MB`, is raised to the machine's memory where that exceeds TensorFlow's
+  default. Other backends ignore both.
+- Wide vectors (`wide_vectors=True`, XLA on TensorFlow and JAX): `--xla_cpu_prefer_vector_width=512`
+  on a CPU with AVX-512, for processes that decode int8 weights one sequence at a time; XLA's
+  default (256) otherwise.
+
+`TFAM_CPU_FLAGS` (space-separated `/proc/cpuinfo` flags) stands in for the CPU's flags, to try a
+choice on another machine's features.
 
 Examples:
     >>> import keras_tfam
-    >>> keras_tfam.cpu.prefer_wide_vectors()  # first thing, on a CPU with AVX-512
-    True
-    >>> keras_tfam.cpu.xla_cpu_vector_width()
-    '512'
+    >>> keras_tfam.cpu.configure()  # first thing, before any tensor
+    {'pooled_tensor_memory': True, 'xla_cpu_vector_width': '256'}
 """
 
 import os
 
 _WIDTH_FLAG = "--xla_cpu_prefer_vector_width"
-# TensorFlow's switch for its pooling (BFC) allocator of CPU tensor memory, read at its first op, and the
-# most that allocator holds, in MB (default: 65,536, less than the memory of some machines).
+# TensorFlow's switch for its pooling (BFC) CPU allocator, read at its first tensor, and that pool's cap in MB.
 POOL_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 POOL_LIMIT_VARIABLE = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
-_DEFAULT_POOL_LIMIT_MB = 65536
+_DEFAULT_POOL_LIMIT_MB = 65536  # TensorFlow's own cap
+
+
+def configure(pool_tensor_memory=True, wide_vectors=False):
+    """Sets this process up for keras_tfam on a CPU (see the module); call it before the first tensor.
+
+    Args:
+        pool_tensor_memory: ask TensorFlow to pool its CPU tensor memory, unless
+            `TF_CPU_ALLOCATOR_USE_BFC` is already set (a value set, even `false`, is kept).
+        wide_vectors: ask XLA for 512-bit vectors where the CPU has AVX-512 and
+            `XLA_FLAGS` names no width.
+
+    Returns:
+        What the process asked for: `{"pooled_tensor_memory": bool, "xla_cpu_vector_width": str}`.
+        Whether TensorFlow really pools is known only once it runs (`pipelines.kernel_path`
+        measures it): a variable set after the first tensor counts for nothing.
+    """
+    for name, value in (("pool_tensor_memory", pool_tensor_memory), ("wide_vectors", wide_vectors)):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    if pool_tensor_memory:
+        os.environ.setdefault(POOL_VARIABLE, "true")
+        memory_mb = (physical_memory_bytes() or 0) // 2**20
+        if pool_asked() and memory_mb > _DEFAULT_POOL_LIMIT_MB:
+            os.environ.setdefault(POOL_LIMIT_VARIABLE, str(memory_mb))
+    if wide_vectors:
+        prefer_wide_vectors()
+    return {"pooled_tensor_memory": pool_asked(), "xla_cpu_vector_width": xla_cpu_vector_width()}
+
+
+def pool_asked():
+    """Whether `TF_CPU_ALLOCATOR_USE_BFC` asks TensorFlow to pool (`true` or `1`)."""
+    return os.environ.get(POOL_VARIABLE, "").strip().lower() in ("true", "1")
 
 
 def cpu_flags():
@@ -71,7 +100,10 @@ def xla_flags_with_vector_width(xla_flags, flags):
 
 
 def prefer_wide_vectors():
-    """Adds 512-bit vectors to `XLA_FLAGS` on a CPU with AVX-512, before anything compiles (see the module).
+    """Adds 512-bit vectors to `XLA_FLAGS` on a CPU with AVX-512, before anything compiles.
+
+    XLA reads `XLA_FLAGS` once, at its first compilation: a process that compiled before keeps
+    what it had.
 
     Returns:
         Whether XLA will compile for 512-bit vectors: `False` without AVX-512,
@@ -85,18 +117,11 @@ def prefer_wide_vectors():
 
 
 def bfloat16_rows_pay():
-    """Whether one-row products here read bfloat16 weights as rows widened by their bits (see below).
+    """Whether one-row products here read bfloat16 weights as rows widened by their bits.
 
-    XLA's CPU backend has no bfloat16 matrix-vector kernel: it multiplies
-    float32 copies of bfloat16 weights, so a bfloat16 model decodes one
-    sequence no faster than float32. `keras_tfam.utils.rows_product` reads
-    them at two bytes each instead, widening each weight by a 16-bit shift
-    inside a product that runs on one thread. Measured in a decoding loop
-    (`benchmarks/weight_rows.py`, BENCHMARKS.md "bfloat16 weights as rows"):
-    2.0x the float32 product on a 2-core AVX2 EPYC; on a 2-core AVX-512
-    Xeon 1.38x at 512-bit vectors, but 0.7-0.85x at XLA's default 256. So:
-    on an x86 CPU with AVX2 and without AVX-512, or whose XLA compiles for
-    512-bit vectors (`prefer_wide_vectors`); not where the CPU is unknown.
+    XLA's CPU backend multiplies float32 copies of bfloat16 weights; reading the bits and widening
+    them in the product reads half the bytes. That pays on an x86 CPU with AVX2 and without AVX-512,
+    or whose XLA compiles for 512-bit vectors (`prefer_wide_vectors`); not where the CPU is unknown.
     """
     flags = cpu_flags()
     return "avx2" in flags and ("avx512f" not in flags or xla_cpu_vector_width() == "512")
@@ -109,51 +134,6 @@ def xla_cpu_vector_width():
         if flag.startswith(_WIDTH_FLAG + "="):
             return flag.split("=", 1)[1]
     return "256"
-
-
-def pool_cpu_tensor_memory():
-    """Asks TensorFlow to pool the CPU memory of its tensors, unless `TF_CPU_ALLOCATOR_USE_BFC` is set.
-
-    TensorFlow's default CPU allocator hands each large freed block back to
-    the system, so every training step maps its temporaries afresh and
-    faults them in page by page: 300 steps of a 2-layer, 64-wide GPT-2 took
-    2.9 million page faults and 10 of their 48 CPU-seconds in the kernel on
-    a 2-core AMD EPYC. Its BFC allocator (the one it uses on GPUs) keeps
-    freed blocks for the next step: 0.2 million faults, 2 kernel seconds,
-    and nanoGPT's CPU recipe trained at 12,151-13,679 tokens/s against
-    9,314-9,379 (BENCHMARKS.md, "Pooled tensor memory"). Freed memory then
-    stays with the process for its next use; the peak resident memory of
-    those runs moved by under 6%.
-
-    Decoding too: each `generate` call's compiled loop allocates its
-    temporaries (the weights copied as rows, a 16-bit model's weights widened
-    for the prompt's products) afresh, and GPT-2 small's setup before the
-    first token took a median 263 ms in float32 and 444 ms in bfloat16 with
-    TensorFlow's default allocator, against 143 and 150 ms pooled, on a
-    2-core EPYC (BENCHMARKS.md, "Pooled tensor memory for generation").
-
-    TensorFlow reads the variable when it makes its first tensor: call this
-    before that (importing TensorFlow, Keras or keras_tfam makes none).
-    Importing keras_tfam calls it, and so do the `tfam` pipelines. A value
-    already set, even `false`, is kept. TensorFlow caps its pool at 64 GB
-    unless `TF_CPU_BFC_MEM_LIMIT_IN_MB` says otherwise; when pooling on a
-    machine with more memory, that variable is set to it unless already set.
-
-    Returns:
-        Whether TensorFlow will pool (the variable is `true` or `1`).
-
-    Examples:
-        >>> import keras_tfam
-        >>> keras_tfam.cpu.pool_cpu_tensor_memory()  # first thing, before any tensor
-        True
-    """
-    os.environ.setdefault(POOL_VARIABLE, "true")
-    if os.environ[POOL_VARIABLE].strip().lower() not in ("true", "1"):
-        return False
-    memory_mb = (physical_memory_bytes() or 0) // 2**20
-    if memory_mb > _DEFAULT_POOL_LIMIT_MB:
-        os.environ.setdefault(POOL_LIMIT_VARIABLE, str(memory_mb))
-    return True
 
 
 def physical_memory_bytes():

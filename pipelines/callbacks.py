@@ -3,6 +3,7 @@
 import math
 import os
 import re
+import shutil
 import time
 
 import keras
@@ -29,9 +30,11 @@ def _finite(logs):
     return all(math.isfinite(float(v)) for k, v in (logs or {}).items() if "loss" in k)
 
 
-class SafeBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` that survives being killed mid-save, checks what it restores, never backs up a NaN.
+class SafeBackupAndRestore(keras.callbacks.Callback):
+    """Backs up the weights at each epoch's end and restores them at `fit`'s start, safely.
 
+    What `keras.callbacks.BackupAndRestore` does, except that it survives
+    being killed mid-save, checks what it restores and never backs up a NaN.
     Each backup, `epoch-N.weights.h5`, is written under a temporary name and
     renamed into place; then `training_metadata.json` (replaced atomically)
     lists the newest backups, newest first, with their sizes and SHA-256. A
@@ -45,19 +48,38 @@ class SafeBackupAndRestore(keras.callbacks.BackupAndRestore):
     A non-finite loss (or a stop requested by `TerminateOnNaN`) skips the
     backup, so broken weights never replace the last good ones.
 
+    The epoch to resume at is `restorable()["epoch"]`, which the caller passes
+    to `fit` as `initial_epoch` (it also tells a stream where to resume); a
+    `fit` that starts elsewhere while a backup is restored is refused.
+
     Args:
         backup_dir: the folder of the backups.
         keep: how many backups to keep (at least 1).
-        **kwargs: passed to `keras.callbacks.BackupAndRestore`.
+        save_freq: `"epoch"`, the only frequency: a backup at every epoch's end.
+        delete_checkpoint: whether to delete `backup_dir` when `fit` ends.
+
+    Example:
+
+    >>> backup = SafeBackupAndRestore("/tmp/run/backup", delete_checkpoint=False)
+    >>> restored = backup.restorable()
+    >>> model.fit(data, epochs=10, initial_epoch=restored["epoch"] if restored else 0, callbacks=[backup])
     """
 
-    def __init__(self, backup_dir, keep=2, **kwargs):
+    def __init__(self, backup_dir, keep=2, save_freq="epoch", delete_checkpoint=True):
+        super().__init__()
+        if not backup_dir:
+            raise ValueError(f"`backup_dir` must name a folder. Received: backup_dir={backup_dir!r}")
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"`keep` must be a positive integer. Received: keep={keep!r}")
-        super().__init__(backup_dir, **kwargs)
+        if save_freq != "epoch":
+            raise ValueError(f"`save_freq` must be 'epoch' (backups are made at epoch ends). Received: {save_freq=}")
+        self.backup_dir = backup_dir
         self.keep = keep
+        self.save_freq = save_freq
+        self.delete_checkpoint = delete_checkpoint
         self.metadata_path = os.path.join(backup_dir, "training_metadata.json")
         self._backups = None
+        self._start_checked = False
 
     def restorable(self):
         """The newest intact backup (`{"epoch", "weights", ...}`) or None; selected once, with notices."""
@@ -125,9 +147,7 @@ class SafeBackupAndRestore(keras.callbacks.BackupAndRestore):
         )
 
     def on_train_begin(self, logs=None):
-        self._load_model()
-
-    def _load_model(self):
+        self._start_checked = False
         backup = self.restorable()
         if backup is None:
             return
@@ -143,16 +163,32 @@ class SafeBackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"cannot be loaded into this model ({type(error).__name__}: {error})",
                 action=f"to start this run over from step 0, move {self.backup_dir} away and rerun the command",
             ) from error
-        self.model._initial_epoch = backup["epoch"]
 
-    def _save_model(self):
-        name = f"epoch-{self._current_epoch}.weights.h5"
+    def on_epoch_begin(self, epoch, logs=None):
+        if not self._start_checked:
+            self._start_checked = True
+            backup = self.restorable()
+            if backup is not None and epoch != backup["epoch"]:
+                raise ValueError(
+                    f"`fit` must resume at the restored backup's epoch: pass `initial_epoch={backup['epoch']}` "
+                    f"(from {os.path.join(self.backup_dir, backup['weights'])}). Received: initial_epoch={epoch}"
+                )
+
+    def on_epoch_end(self, epoch, logs=None):
+        if _finite(logs) and not self.model.stop_training:
+            self._save(epoch + 1)
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint and os.path.isdir(self.backup_dir):
+            shutil.rmtree(self.backup_dir)
+
+    def _save(self, epoch):
+        name = f"epoch-{epoch}.weights.h5"
         path = os.path.join(self.backup_dir, name)
         with atomic_path(path, fault="backup-write") as temp:
             self.model.save_weights(temp)
         record = {
-            "epoch": self._current_epoch,
-            "batch": self._last_batch_seen,
+            "epoch": epoch,
             "step": int(self.model.optimizer.iterations.numpy()),
             "weights": name,
             **file_digest(path),
@@ -165,10 +201,6 @@ class SafeBackupAndRestore(keras.callbacks.BackupAndRestore):
         for old in os.listdir(self.backup_dir):
             if old.endswith(".weights.h5") and old not in names and not old.startswith(TEMP_PREFIX):
                 os.remove(os.path.join(self.backup_dir, old))
-
-    def on_epoch_end(self, epoch, logs=None):
-        if _finite(logs) and not self.model.stop_training:
-            super().on_epoch_end(epoch, logs)
 
 
 class PerplexityEvaluator(keras.callbacks.Callback):
@@ -320,14 +352,28 @@ class ThroughputMonitor(keras.callbacks.Callback):
 class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
     """Keras' TensorBoard callback with the `epoch_*` series plotted against the global step.
 
-    Keras writes epoch summaries at the epoch index; the other series of a
-    run (validation, learning rate, tokens/s) are at the optimizer step, and
-    an epoch here is `backup_every` steps, so the epoch index would put them
-    on another axis.
+    Keras writes epoch summaries at the epoch index that `on_epoch_end`
+    receives; the other series of a run (validation, learning rate, tokens/s)
+    are at the optimizer step, and an epoch here is `backup_every` steps, so
+    this passes the step on as the epoch. Histograms and embeddings, which
+    Keras schedules by epoch, are refused.
+
+    Args:
+        log_dir: the folder of the logs.
+        **kwargs: `keras.callbacks.TensorBoard` arguments, without
+            `histogram_freq` or `embeddings_freq`.
     """
 
-    def _log_epoch_metrics(self, epoch, logs):
-        super()._log_epoch_metrics(int(self.model.optimizer.iterations.numpy()), logs)
+    def __init__(self, log_dir="logs", **kwargs):
+        for name in ("histogram_freq", "embeddings_freq"):
+            if kwargs.get(name):
+                raise ValueError(
+                    f"`{name}` counts epochs, which this callback replaces by steps. Received: {name}={kwargs[name]!r}"
+                )
+        super().__init__(log_dir, **kwargs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(int(self.model.optimizer.iterations.numpy()), logs)
 
 
 class FaultPoints(keras.callbacks.Callback):

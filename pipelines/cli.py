@@ -19,8 +19,6 @@ import os
 import re
 import sys
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
 
 def _import_tensorflow(verbose):
     """Imports TensorFlow, keeping its C++ start-up log lines off stderr unless `verbose`.
@@ -32,6 +30,7 @@ def _import_tensorflow(verbose):
     """
     if verbose:
         import tensorflow  # noqa: F401
+
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     sys.stderr.flush()
@@ -110,7 +109,14 @@ def main(argv=None):
 
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = "--verbose" in argv
+    backend = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if backend != "tensorflow":
+        print(f"tfam: error: tfam runs on TensorFlow. Received: KERAS_BACKEND={backend!r}", file=sys.stderr)
+        return 2
     _import_tensorflow(verbose)
+    from keras_tfam import cpu
+
+    cpu.configure()  # before the first tensor: pooled CPU tensor memory
     args = build_parser().parse_args(argv)
     try:
         args.handler(args)

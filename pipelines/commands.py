@@ -65,7 +65,9 @@ def check_eval_args(args):
         return
     # At 1 the LM's part is gone: a token no neighbour holds has probability 0 (infinite perplexity).
     if not 0.0 <= args.knn_interpolation < 1.0:
-        raise ValueError(f"`--knn-interpolation` must be in [0, 1). Received: knn_interpolation={args.knn_interpolation}")
+        raise ValueError(
+            f"`--knn-interpolation` must be in [0, 1). Received: knn_interpolation={args.knn_interpolation}"
+        )
     if not 0.0 < args.knn_temperature < math.inf:
         raise ValueError(
             f"`--knn-temperature` must be positive and finite. Received: knn_temperature={args.knn_temperature}"
@@ -142,8 +144,13 @@ def _knn_lm(model, tokenizer, args):
     datastore = Datastore.from_model(
         model, inputs, targets, weights, args.batch_size, k=args.knn_k, temperature=args.knn_temperature
     )
-    settings = {"knn_split": args.knn_split, "knn_entries": datastore.size, "knn_k": datastore.k,
-                "knn_interpolation": args.knn_interpolation, "knn_temperature": args.knn_temperature}
+    settings = {
+        "knn_split": args.knn_split,
+        "knn_entries": datastore.size,
+        "knn_k": datastore.k,
+        "knn_interpolation": args.knn_interpolation,
+        "knn_temperature": args.knn_temperature,
+    }
     return KNNLM(model, datastore, interpolation=args.knn_interpolation), settings
 
 
@@ -154,7 +161,9 @@ def _generate(args):
     from keras_tfam.generation import TopKSampler, TopPSampler, get_sampler
 
     if not math.isfinite(args.temperature):
-        raise ValueError(f"`--temperature` must be a finite number (<= 0 for greedy). Received: temperature={args.temperature}")
+        raise ValueError(
+            f"`--temperature` must be a finite number (<= 0 for greedy). Received: temperature={args.temperature}"
+        )
     model, tokenizer = load_run(args.run, args.checkpoint)
     if tokenizer is None:
         raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
@@ -174,7 +183,7 @@ def _generate(args):
         out = model.generate(
             [ids], args.max_new_tokens, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow
         )
-        completion = tokenizer.detokenize(out[:, len(ids):]).numpy()[0].decode("utf-8", "replace")
+        completion = tokenizer.detokenize(out[:, len(ids) :]).numpy()[0].decode("utf-8", "replace")
         print(f"{prompt}{' ' if prompt and tokenizer.kind == 'word' else ''}{completion}")
 
 
@@ -182,7 +191,9 @@ def _export(args):
     from pipelines.export import export_model
 
     model, tokenizer = load_run(args.run, args.checkpoint)
-    path = export_model(model, args.out, tokenizer, overwrite=args.overwrite, max_new_tokens_limit=args.max_new_tokens_limit)
+    path = export_model(
+        model, args.out, tokenizer, overwrite=args.overwrite, max_new_tokens_limit=args.max_new_tokens_limit
+    )
     print(f"exported {args.run} -> {path}")
 
 
@@ -206,7 +217,9 @@ def add_commands(commands):
     evaluate.add_argument("--data-dir", help="folder of the WikiText splits (not needed when --split is a file)")
     evaluate.add_argument("--split", default="test", help="train, valid, test, or a text file or folder")
     evaluate.add_argument(
-        "--sequence-length", type=int, default=None,
+        "--sequence-length",
+        type=int,
+        default=None,
         help="tokens per window (default: the length the run was trained on)",
     )
     evaluate.add_argument("--batch-size", type=int, default=16)
@@ -230,11 +243,15 @@ def add_commands(commands):
     generate.add_argument("--top-p", type=float, default=0.9)
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument(
-        "--window", type=int, default=None,
+        "--window",
+        type=int,
+        default=None,
         help="attend to at most this many recent tokens (default: the context the model was trained on)",
     )
     generate.add_argument(
-        "--overflow", default="slide", choices=OVERFLOWS,
+        "--overflow",
+        default="slide",
+        choices=OVERFLOWS,
         help="past the model's context: slide a window over the last tokens (default), or stop with an error",
     )
     generate.set_defaults(handler=_generate)
@@ -244,7 +261,9 @@ def add_commands(commands):
     export.add_argument("--out", required=True, help="EXPORT_DIR; ends in a version number, or one is added")
     export.add_argument("--overwrite", action="store_true", help="replace an existing version")
     export.add_argument(
-        "--max-new-tokens-limit", type=int, default=None,
+        "--max-new-tokens-limit",
+        type=int,
+        default=None,
         help="the most new tokens a generate request may ask for (default: 4096, or the model's context if longer)",
     )
     export.set_defaults(handler=_export)

@@ -4,7 +4,8 @@ Every field can be set from the command line (`--learning-rate 3e-4`); a
 config file is JSON holding a subset of the fields. The model is a preset of
 `keras_tfam.models.presets` (`--model`), and every option its class declares
 (`GPT2LM.OPTIONS`: `--position`, `--attention`, `--intermediate-dim`, ...) is
-a flag too, stored in `model_options`: the pipeline does not re-list them.
+a flag too, stored in `model_options` and checked by the declaration the
+model's constructor reads: the pipeline does not re-list them or their bounds.
 Unknown keys and invalid values are errors raised before any work starts.
 """
 
@@ -17,14 +18,13 @@ from typing import Optional
 
 import numpy as np
 
+from keras_tfam.models.local_layers import local_layer_indices
 from keras_tfam.models.presets import PRESETS, check_model_option, get_preset, model_options
 from keras_tfam.utils import is_integer
 from pipelines.data.tokenizers import TOKENIZERS as TOKENIZER_CLASSES
 from pipelines.data.wikitext import WIKITEXT_VARIANTS
 
 TOKENIZERS = tuple(TOKENIZER_CLASSES)
-# Float model options with a lower bound: name -> (bound, whether the bound itself is allowed).
-FLOAT_OPTION_MINIMUMS = {"norm_epsilon": (0.0, False), "span_penalty": (0.0, True), "reconstruction_weight": (0.0, True)}
 # The smallest vocabulary each tokenizer can have: word and char need their
 # end-of-line and unknown tokens, byte-level BPE its 256 bytes and <|endoftext|>.
 MIN_VOCABULARY_SIZE = {"word": 2, "char": 2, "bpe": 257}
@@ -94,6 +94,8 @@ class TrainConfig:
                 f"`local_window`: set it too. Received: local_layers={self.model_options['local_layers']!r}, "
                 "local_window=None"
             )
+        if "local_layers" in self.model_options:  # the layer indices of a list, against the number of layers
+            local_layer_indices(settings["local_window"], settings["local_layers"], settings["num_layers"])
         self._check_init_from()
         checks = [
             ("tokenizer", self.tokenizer in TOKENIZERS, f"one of {TOKENIZERS}"),
@@ -101,29 +103,32 @@ class TrainConfig:
             ("strategy", self.strategy in STRATEGIES, f"one of {STRATEGIES}"),
             ("jit", self.jit in JIT, f"one of {JIT}"),
         ]
-        for name in ("sequence_length", "batch_size", "max_steps", "eval_every", "backup_every",
-                     "gradient_accumulation_steps"):
-            checks.append((name, isinstance(getattr(self, name), int) and getattr(self, name) >= 1, "a positive integer"))
+        for name in (
+            "sequence_length",
+            "batch_size",
+            "max_steps",
+            "eval_every",
+            "backup_every",
+            "gradient_accumulation_steps",
+        ):
+            value = getattr(self, name)
+            checks.append((name, isinstance(value, int) and value >= 1, "a positive integer"))
         for name in ("learning_rate", "clip_norm"):
             checks.append((name, getattr(self, name) > 0, "positive"))
         for name in ("warmup_steps", "samples", "sample_tokens"):
             checks.append((name, getattr(self, name) >= 0, "non-negative"))
         checks.append(("min_learning_rate_ratio", 0 <= self.min_learning_rate_ratio <= 1, "in [0, 1]"))
         checks.append(("weight_decay", self.weight_decay >= 0, "non-negative"))
-        dropout = self.model_options.get("dropout")
-        checks.append(("dropout", dropout is None or 0 <= dropout < 1, "in [0, 1)"))
-        for name, (minimum, inclusive) in FLOAT_OPTION_MINIMUMS.items():
-            value = self.model_options.get(name)
-            ok = value is None or (value >= minimum if inclusive else value > minimum)
-            checks.append((name, ok, "non-negative" if inclusive else "positive"))
         for name in ("beta_1", "beta_2"):
             checks.append((name, 0 <= getattr(self, name) < 1, "in [0, 1)"))
         minimum = MIN_VOCABULARY_SIZE.get(self.tokenizer, 2)
-        checks.append((
-            "vocabulary_size",
-            self.vocabulary_size is None or self.vocabulary_size >= minimum,
-            f"unset or at least {minimum} for the {self.tokenizer} tokenizer",
-        ))
+        checks.append(
+            (
+                "vocabulary_size",
+                self.vocabulary_size is None or self.vocabulary_size >= minimum,
+                f"unset or at least {minimum} for the {self.tokenizer} tokenizer",
+            )
+        )
         checks.append(("lora_rank", self.lora_rank is None or self.lora_rank >= 1, "unset or a positive integer"))
         checks.append(("cpu_devices", self.cpu_devices is None or self.cpu_devices >= 1, "unset or a positive integer"))
         checks.append(("seed", self.seed >= 0, "a non-negative integer"))
@@ -131,14 +136,16 @@ class TrainConfig:
         checks.append(("out", bool(self.out.strip()), "a directory path"))
         # An export folder for a run that exports nothing would be dropped without a word.
         checks.append(("export_dir", self.export or self.export_dir is None, "unset with `export` off"))
-        checks.append((
-            "profile_steps",
-            self.profile_steps is None or _is_step_range(self.profile_steps),
-            "two step numbers 'first,last' with 1 <= first <= last",
-        ))
+        checks.append(
+            (
+                "profile_steps",
+                self.profile_steps is None or _is_step_range(self.profile_steps),
+                "two step numbers 'first,last' with 1 <= first <= last",
+            )
+        )
         for name, ok, expected in checks:
             if not ok:
-                value = getattr(self, name) if hasattr(self, name) else self.model_options.get(name)
+                value = getattr(self, name)
                 raise ValueError(f"Invalid config: `{name}` must be {expected}. Received: {name}={value!r}")
         for name in ("train_split", "eval_split"):
             split = getattr(self, name)
@@ -216,9 +223,9 @@ def _is_step_range(text):
 
 
 NAMED_CONFIGS = {
-    # Minutes on a 2-core CPU.
+    # The tiny GPT-2 preset, for training on a CPU and for tests.
     "gpt2_tiny": {},
-    # The 124M model for GPUs: GPT-2's BPE, 1024 tokens, bf16.
+    # GPT-2 small (124M parameters), for accelerators: GPT-2's BPE, 1024 tokens, bf16.
     "gpt2_small": {
         "model": "gpt2_small",
         "tokenizer": "bpe",
@@ -313,14 +320,8 @@ def parse_json_object(text):
     return value
 
 
-def _flag_type(kind):
-    if kind is bool:
-        return parse_bool
-    if kind is dict:
-        return parse_json_object
-    if isinstance(kind, tuple):
-        return str
-    return kind
+def _flag_type(option):
+    return {bool: parse_bool, dict: parse_json_object}.get(option.kind, option.kind)
 
 
 def add_config_arguments(parser):
@@ -337,14 +338,16 @@ def add_config_arguments(parser):
             kind = str
         choices = {"model": tuple(PRESETS), "tokenizer": TOKENIZERS}.get(name)
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, choices=choices)
-    for name, kind in MODEL_OPTIONS.items():
+    # The closed sets are read now, from their registries: a kind registered before the parser is built is
+    # a choice.
+    for name, option in MODEL_OPTIONS.items():
         parser.add_argument(
             "--" + name.replace("_", "-"),
             dest=name,
-            type=_flag_type(kind),
+            type=_flag_type(option),
             default=None,
-            choices=kind if isinstance(kind, tuple) else None,
-            help="model option" + (" (JSON)" if kind is dict else ""),
+            choices=option.values(),
+            help="model option" + (" (JSON)" if option.kind is dict else ""),
         )
 
 

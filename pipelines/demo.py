@@ -1,6 +1,6 @@
 """A small demonstration of the layers: a causal decoder stack decoding with a KV cache.
 
-    python -m pipelines.demo
+python -m pipelines.demo
 """
 
 import time
@@ -14,7 +14,9 @@ from keras_tfam.layers import RotaryEmbedding, TransformerDecoderBlock
 def main():
     rng = np.random.default_rng(0)
     blocks = [
-        TransformerDecoderBlock(4, 256, norm="rms", norm_position="pre", activation="swiglu", position=RotaryEmbedding())
+        TransformerDecoderBlock(
+            4, 256, norm="rms", norm_position="pre", activation="swiglu", position=RotaryEmbedding()
+        )
         for _ in range(2)
     ]
     x = rng.normal(size=(2, 16, 64)).astype("float32")
@@ -31,7 +33,8 @@ def main():
         steps.append(np.asarray(h))
     cached = np.concatenate(steps, axis=1)
     print(f"keras_tfam {keras_tfam.__version__}: 2 pre-norm decoder blocks (RMSNorm, SwiGLU, rotary)")
-    print(f"full causal pass vs token-by-token KV-cache decoding: max |diff| = {np.abs(cached - np.asarray(full)).max():.2e}")
+    difference = np.abs(cached - np.asarray(full)).max()
+    print(f"full causal pass vs token-by-token KV-cache decoding: max |diff| = {difference:.2e}")
     print(f"16 cached steps in {time.perf_counter() - start:.2f} s (eager)")
 
 

@@ -130,7 +130,10 @@ class Progress:
         self.shown = now
         elapsed = now - self.start
         rate = done / elapsed if elapsed > 0 else 0.0
-        counted = f"{done:,}/{self.total:,} tokens ({100.0 * done / self.total:.0f}%)" if self.total else f"{done:,} tokens"
+        if self.total:
+            counted = f"{done:,}/{self.total:,} tokens ({100.0 * done / self.total:.0f}%)"
+        else:
+            counted = f"{done:,} tokens"
         parts = [f"{self.label}: {counted}"]
         if rate > 0:
             parts.append(f"{rate:,.0f} tokens/s")
@@ -163,9 +166,7 @@ def _duration(seconds):
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-def evaluate_perplexity(
-    model, dataset, num_words=None, strategy=None, step=None, num_characters=None, progress=None
-):
+def evaluate_perplexity(model, dataset, num_words=None, strategy=None, step=None, num_characters=None, progress=None):
     """Token loss and perplexity, and word perplexity or bits per character, of `model` on `dataset`.
 
     Args:

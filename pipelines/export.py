@@ -52,7 +52,6 @@ import re
 import shutil
 import tempfile
 
-import keras
 import tensorflow as tf
 
 from keras_tfam.generation import Sampling, TensorSampler, generate_graph, prompt_checks
@@ -60,7 +59,6 @@ from keras_tfam.utils import check_positive_int
 from pipelines.errors import notice
 from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
-from pipelines.keras_workarounds import no_default_save_signatures, save_endpoints_as_traced
 from pipelines.run_lock import RunLock
 
 _SCALARS = dict(
@@ -87,7 +85,8 @@ def asserting(checks):
     """
     with contextlib.ExitStack() as stack:
         for ok, message, values in checks:
-            text = tf.strings.format(message, [tf.cast(v, tf.float32) if v.dtype.is_floating else v for v in map(tf.convert_to_tensor, values)])
+            values = [tf.cast(v, tf.float32) if v.dtype.is_floating else v for v in map(tf.convert_to_tensor, values)]
+            text = tf.strings.format(message, values)
             stack.enter_context(tf.control_dependencies([tf.debugging.Assert(ok, [text], summarize=-1)]))
         yield
 
@@ -186,27 +185,43 @@ def ensure_built(model):
         model(tf.zeros((1, 2), tf.int32), training=False)
 
 
-def _archive(model, tokenizer, token_signatures=True, text_signature=True, max_new_tokens_limit=None):
+def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None):
+    """`(root, signatures)`: a `tf.Module` holding the model's variables and each signature's one trace.
+
+    The model itself is not tracked (only its variables are), so the save
+    traces nothing of it again; each signature is a concrete function traced
+    here, which `tf.saved_model.save` writes as it is.
+    """
     ensure_built(model)
     functions = ServingFunctions(model, tokenizer, max_new_tokens_limit)
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    if token_signatures:
-        archive.add_endpoint(
-            "serving_default",
+    signatures = {
+        "serving_default": tf.function(
             functions.serving_default,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")],
-        )
-        archive.add_endpoint("generate", functions.generate_function)
+            autograph=False,
+        ).get_concrete_function(),
+        "generate": functions.generate_trace,
+    }
+    root = tf.Module()
     if text_signature and tokenizer is not None:
-        archive.track(tokenizer)
-        archive.add_endpoint(
-            "generate_text",
+        signatures["generate_text"] = tf.function(
             functions.generate_text,
             input_signature=[tf.TensorSpec([None], tf.string, name="prompts"), *_SCALARS.values()],
-        )
-    save_endpoints_as_traced(archive)
-    return archive
+            autograph=False,
+        ).get_concrete_function()
+        # The tokenizer's lookup tables, which the text signature reads (as Keras' `ExportArchive` tracks them).
+        root.tokenizer_resources = [
+            trackable
+            for trackable in tf.train.TrackableView(tokenizer).descendants()
+            if isinstance(trackable, tf.saved_model.experimental.TrackableResource)
+        ]
+    variables = {id(v): v for v in model.variables}
+    for function in signatures.values():
+        variables.update((id(v), v) for v in function.variables)
+    root.model_variables = list(variables.values())
+    for name, function in signatures.items():
+        setattr(root, name, function)
+    return root, signatures
 
 
 def text_export_dir(export_dir):
@@ -253,7 +268,7 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
 
 
 def _export(archive, export_dir, overwrite, extra_files=None):
-    """Writes one version of `archive` under `export_dir`, holding the folder's export lock."""
+    """Writes one version of `archive` (`(root, signatures)`) under `export_dir`, holding the folder's export lock."""
     target = resolve_version_dir(export_dir)
     if os.path.exists(target) and not overwrite:
         raise FileExistsError(f"Export {target!r} exists already; pass --overwrite to replace it")
@@ -277,14 +292,19 @@ def _readable_by_all(path):
             os.chmod(os.path.join(root, name), 0o644)
 
 
+def save_archive(archive, path):
+    """Writes `archive`, `(root, signatures)`, as a SavedModel at `path`."""
+    root, signatures = archive
+    tf.saved_model.save(root, path, signatures=signatures)
+
+
 def _write_version(archive, target, extra_files=None):
     """Writes `archive` (and `extra_files`, `{relative path: bytes}`) to the version folder `target` through a
     staging folder, atomically."""
     parent, version = os.path.split(target)
     staging = tempfile.mkdtemp(prefix=".incomplete-", dir=parent)
     try:
-        with no_default_save_signatures():
-            archive.write_out(staging, verbose=False)
+        save_archive(archive, staging)
         for name, data in (extra_files or {}).items():
             path = os.path.join(staging, name)
             os.makedirs(os.path.dirname(path), exist_ok=True)

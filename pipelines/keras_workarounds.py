@@ -1,80 +1,77 @@
-"""Work-arounds for Keras 3: `fit` under `MultiWorkerMirroredStrategy`, and exports traced once.
+"""Work-around for Keras 3: `fit` under `MultiWorkerMirroredStrategy` (tensorflow/tensorflow#72388).
 
-Keras 3 (3.15 at the time of writing) breaks multi-worker `fit` in two places,
-reported as tensorflow/tensorflow#72388:
+Keras' TensorFlow trainer breaks multi-worker `fit` in two places:
 
-1. before training it averages a distributed data batch across workers in
-   eager mode to build the model symbolically, and that cross-worker reduce
+1. before training, a model created in the strategy's scope is built from
+   its first batch averaged across workers in eager mode, and that reduce
    fails ("Attempt to convert a value (PerReplica ...)");
 2. after each step it reduces the per-replica logs with
    `strategy.reduce("MEAN", v, axis=0)`, which fails for the scalar loss
    ("Invalid reduction dimension 0 for input with 0 dimensions").
 
-Only multi-worker runs are touched: the model is built from a local batch,
-and scalar logs are averaged across replicas with `axis=None`.
+`MultiWorkerTrainer` fits a built model without either: it is created
+outside the strategy's scope (so Keras builds nothing from a batch) and
+trained inside it, and its steps return each scalar log as `[1]`, which
+the reduction along axis 0 averages across replicas into a scalar.
 """
 
-import contextlib
-
+import keras
 import tensorflow as tf
-from keras.src.backend.tensorflow import trainer as _tf_trainer
-from keras.src.backend.tensorflow.layer import TFLayer
-
-_original_reduce_per_replica = _tf_trainer.reduce_per_replica
 
 
-def _reduce_per_replica(values, strategy, reduction):
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and reduction in ("auto", "mean"):
-        return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
-    return _original_reduce_per_replica(values, strategy, reduction)
+class MultiWorkerTrainer(keras.Model):
+    """Trains `model` (built, compiled, in the strategy's scope) with `fit` under a `MultiWorkerMirroredStrategy`.
 
-
-def patch_multi_worker_fit(model, strategy, local_batch):
-    """Makes `model.fit` work under `strategy` (a MultiWorkerMirroredStrategy)."""
-    _tf_trainer.reduce_per_replica = _reduce_per_replica
-
-    def build_from_local_batch(iterator=None, data_batch=None):
-        with strategy.scope():
-            model._symbolic_build(data_batch=local_batch)
-
-    model._maybe_symbolic_build = build_from_local_batch
-
-
-def save_endpoints_as_traced(archive):
-    """Makes a `keras.export.ExportArchive` save each endpoint as the one trace it has, not trace it again.
-
-    `tf.saved_model.save` traces every `tf.function` it finds again, because TensorFlow's trace key
-    includes the save context: each endpoint, the decoding loop's among them, was traced twice, half of
-    an export's time. Here each endpoint `tf.function` on the archive is replaced by its concrete
-    function, traced now (once), which the save writes as it is. Keras has no public route: this reads
-    the archive's private endpoint table (Keras 3.12-3.15).
+    Create it outside the strategy's scope and call `fit` inside it (`fit_multi_worker`); callbacks see
+    `model` itself, so checkpoints and backups are the model's own.
     """
-    trackable = archive._tf_trackable
-    for name in archive._endpoint_names:
-        function = getattr(trackable, name)
-        setattr(trackable, name, function.get_concrete_function())
-        # Where Keras' `write_out` looks for an endpoint's concrete function: the attribute itself.
-        archive._endpoint_signatures[name] = function.input_signature
+
+    def __init__(self, model, **kwargs):
+        super().__init__(**kwargs)
+        self.trained = model
+        self.built = True
+
+    def call(self, inputs, training=False):
+        return self.trained(inputs, training=training)
+
+    def train_step(self, data):
+        logs = super().train_step(data)
+        return tf.nest.map_structure(lambda v: tf.reshape(v, [1]) if v.shape.rank == 0 else v, logs)
+
+    @property
+    def stop_training(self):
+        trained = self.__dict__.get("trained")
+        return bool(trained is not None and trained.stop_training)
+
+    @stop_training.setter
+    def stop_training(self, value):
+        trained = self.__dict__.get("trained")
+        if trained is not None:
+            trained.stop_training = value
+
+    @property
+    def history(self):
+        return self.trained.history
+
+    @history.setter
+    def history(self, value):
+        self.trained.history = value
 
 
-@contextlib.contextmanager
-def no_default_save_signatures():
-    """Keras models offer no default save signature inside the block: write an `ExportArchive` in it.
-
-    Keras' TensorFlow layers have a `_default_save_signature` property that makes a new `tf.function` over
-    a model's `call` at each read, and TensorFlow's walk of a SavedModel's objects traces every function it
-    finds. `ExportArchive.write_out` walks each tracked model to find its lookup tables, so every export
-    traced the whole model once more (2.2 of an export's 15 CPU seconds for a 6-layer GPT-2), into a graph
-    the SavedModel does not keep: its signatures are the archive's endpoints. For the block's duration the
-    property reads None on every layer (Keras 3.12-3.15; a class attribute, so for every thread). A Keras
-    without the property is left as it is: the export is the same, traced once more.
-    """
-    signature = TFLayer.__dict__.get("_default_save_signature")
-    if signature is None:
-        yield
-        return
-    TFLayer._default_save_signature = None
-    try:
-        yield
-    finally:
-        TFLayer._default_save_signature = signature
+def fit_multi_worker(model, strategy, data, callbacks, epochs, steps_per_epoch, verbose=1, **kwargs):
+    """`model.fit(data, ...)` under `strategy`, a `MultiWorkerMirroredStrategy`: the `History`."""
+    trainer = MultiWorkerTrainer(model)
+    with strategy.scope():
+        trainer.compile(optimizer=model.optimizer, loss=model.loss, jit_compile=model.jit_compile)
+        callbacks = keras.callbacks.CallbackList(
+            callbacks,
+            add_history=True,
+            add_progbar=verbose != 0,
+            verbose=verbose,
+            epochs=epochs,
+            steps=steps_per_epoch,
+            model=model,
+        )
+        return trainer.fit(
+            data, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose, **kwargs
+        )

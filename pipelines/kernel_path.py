@@ -3,34 +3,29 @@
 `tfam train --jit auto --precision auto` (the defaults) picks them per machine:
 
 - On a GPU: XLA, and `mixed_bfloat16` where the GPU has bfloat16 units (compute capability 8.0 and up).
-- On a CPU, from its features first. Without bfloat16 units (AVX2; AVX-512 without BF16) the choice is
-  XLA and float32: XLA's fused float32 step was the faster one on every such machine measured
-  (BENCHMARKS.md), and bfloat16 there is emulated, slower than float32.
-- On a CPU with bfloat16 units (AMX, AVX-512 BF16), a short measurement: a few steps of the run's own
-  training step (its model, optimizer and batch shape, on random ids) on each open path. XLA has no AMX
-  kernels; oneDNN has, and multiplies large bfloat16 matrices five times faster than XLA on an AMX Xeon,
-  but it runs the step op by op, so for small models XLA's fused float32 step still wins (BENCHMARKS.md:
-  a matmul alone picked oneDNN bfloat16 for nanoGPT's CPU recipe, whose whole step was 23% slower there
-  than XLA float32). The fastest path wins; bfloat16 only where it beats float32 by `BFLOAT16_MARGIN`,
-  since it also rounds the activations. The measurement compiles the step once per path and times at
-  least two steps (GPT-2 small at batch 4 x 256 on 2 cores: about three minutes); setting both `--jit`
-  and `--precision` skips it.
+- On a CPU without bfloat16 units (AVX2; AVX-512 without BF16): XLA and float32, since bfloat16 is
+  emulated there and XLA fuses the float32 step.
+- On a CPU with bfloat16 units (AMX, AVX-512 BF16): a short measurement of the run's own training step
+  (its model, optimizer and batch shape, on random ids) on each open path. oneDNN has AMX kernels for
+  large bfloat16 products but runs the step op by op; XLA fuses it but has no AMX kernels, so which wins
+  depends on the model. bfloat16 wins only where it beats float32 by `BFLOAT16_MARGIN`, since it also
+  rounds the activations. Setting both `--jit` and `--precision` skips the measurement.
 - Across several devices on CPUs (MirroredStrategy, multi-worker): no XLA (its collectives are not
   there), float32.
 
 On a CPU, an XLA path records the vector width XLA compiles for (`xla_cpu_vector_width`: 256 bits
 unless `XLA_FLAGS` names another, `keras_tfam.cpu`), and every path whether TensorFlow pools its tensor
-memory (`cpu_tensor_memory`: `pooled` unless `TF_CPU_ALLOCATOR_USE_BFC` says otherwise, see
-`keras_tfam.cpu.pool_cpu_tensor_memory`). The choice and why are printed and written to the
-run's summary (`kernel_path`); an explicit
-`--jit on|off` or `--precision ...` is kept as given. A resumed run keeps the path it started with
-(`kernel_path.json` in the run directory), so its steps compute as before the interruption. Master
-weights, softmax, norms and the loss stay float32 under `mixed_bfloat16`, as Keras' mixed precision does.
+memory (`cpu_tensor_memory`, as TensorFlow is seen to behave: `cpu_tensor_memory_pooled`). The choice
+and why are printed and written to the run's summary (`kernel_path`); an explicit `--jit on|off` or
+`--precision ...` is kept as given. A resumed run keeps the path it started with (`kernel_path.json` in
+the run directory), so its steps compute as before the interruption. Master weights, softmax, norms and
+the loss stay float32 under `mixed_bfloat16`, as Keras' mixed precision does.
 
 The flags can be overridden with `TFAM_CPU_FLAGS` (space-separated `/proc/cpuinfo` flags), to check
 the measured path on a machine without the units.
 """
 
+import os
 import time
 
 import keras
@@ -46,8 +41,9 @@ BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 BFLOAT16_MARGIN = 1.15
 
 
-def training_step_seconds(build_model, build_optimizer, batch_size, length, vocabulary_size, jit_compile, policy,
-                          min_steps=2, min_seconds=0.5):
+def training_step_seconds(
+    build_model, build_optimizer, batch_size, length, vocabulary_size, jit_compile, policy, min_steps=2, min_seconds=0.5
+):
     """Median seconds of `train_on_batch` of a fresh `build_model()` under the dtype `policy`, on random ids.
 
     At least `min_steps` steps, and more (up to 50) until `min_seconds` have passed: small models are
@@ -95,7 +91,10 @@ def choose_kernel_path(jit, precision, strategy, step_seconds):
     (`training_step_seconds`), called only where a measurement decides.
     """
     multi_device = strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    chosen = {"jit_compile": None if jit == "auto" else jit == "on", "precision": None if precision == "auto" else precision}
+    chosen = {
+        "jit_compile": None if jit == "auto" else jit == "on",
+        "precision": None if precision == "auto" else precision,
+    }
     if None not in chosen.values():
         return _fill(chosen, None, None, "as set")
     if tf.config.list_logical_devices("GPU"):
@@ -109,7 +108,9 @@ def choose_kernel_path(jit, precision, strategy, step_seconds):
     # bfloat16 units: measure the paths still open.
     jits = [chosen["jit_compile"]] if chosen["jit_compile"] is not None else [True, False]
     precisions = [chosen["precision"]] if chosen["precision"] is not None else ["float32", "mixed_bfloat16"]
-    timings = {(jit_compile, policy): step_seconds(jit_compile, policy) for jit_compile in jits for policy in precisions}
+    timings = {
+        (jit_compile, policy): step_seconds(jit_compile, policy) for jit_compile in jits for policy in precisions
+    }
     # Per precision, its fastest (seconds, jit_compile).
     best = {p: min((s, j) for (j, q), s in timings.items() if q == p) for p in precisions}
     if len(best) == 1:
@@ -151,15 +152,46 @@ def with_cpu_settings(path):
 
 
 def cpu_tensor_memory_pooled():
-    """Whether this process's TensorFlow keeps freed CPU tensor memory for reuse (its BFC allocator, see
-    `keras_tfam.cpu.pool_cpu_tensor_memory`): asked of TensorFlow itself, which reports memory statistics
-    only for that allocator. The variable alone would not tell: it counts only when set before the
-    process's first tensor."""
+    """Whether this process's TensorFlow keeps freed CPU tensor memory for reuse, seen by what it does: a
+    tensor larger than any the system allocator keeps is made and freed, and the process's resident memory
+    read before and after the free (`_released_bytes`).
+
+    The allocator TensorFlow uses is not public, nor is its choice a single switch: `TF_CPU_ALLOCATOR_USE_BFC`
+    counts only when set before the first tensor, and where oneDNN is on (by default on CPUs with AVX-512
+    VNNI, BF16 or AMX) TensorFlow's oneDNN allocator pools large blocks whatever that variable says. Where
+    resident memory cannot be read (no `/proc`), whether TensorFlow keeps allocator statistics (its pools do).
+    """
+    released = _released_bytes()
+    if released is not None:
+        return released < _PROBE_BYTES // 2
     try:
         tf.config.experimental.get_memory_info("CPU:0")
     except ValueError:
         return False
     return True
+
+
+# Above the largest block the C library's allocator keeps for reuse (its mmap threshold tops out at 32 MiB).
+_PROBE_BYTES = 64 * 2**20
+
+
+def _resident_bytes():
+    """The process's resident memory in bytes (`/proc/self/statm`), or `None` where unknown."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def _released_bytes():
+    """How much resident memory freeing a `_PROBE_BYTES` CPU tensor gave back to the system, or `None`."""
+    with tf.device("CPU:0"):
+        tensor = tf.fill([_PROBE_BYTES // 4], 1.0)  # written, so every page is resident
+    before = _resident_bytes()
+    del tensor
+    after = _resident_bytes()
+    return None if before is None or after is None else before - after
 
 
 def describe(path):

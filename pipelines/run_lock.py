@@ -21,7 +21,7 @@ def _pid_running(pid):
 
 
 def describe_holder(holder):
-    """`pid 4242 on host1 since 2026-01-01T12:00:00 (tfam train --out runs/a)` from a lock's record."""
+    """`pid <pid> on <host> since <start time> (<command>)` from a lock's record."""
     if not holder:
         return "another process (it has not written its pid yet)"
     text = f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')}"

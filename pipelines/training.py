@@ -20,11 +20,9 @@ about it: a derived file is rebuilt, a damaged backup or checkpoint falls
 back to the previous one, and a run is never silently started over.
 """
 
-import hashlib
 import json
 import math
 import os
-import re
 import statistics
 
 import keras
@@ -44,50 +42,22 @@ from pipelines.callbacks import (
     ThroughputMonitor,
 )
 from pipelines.checkpoints import load_checkpoint, save_checkpoint
-from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset, tokenize_lines
-from pipelines.data.tokenizers import load_tokenizer, train_tokenizer
-from pipelines.data.wikitext import is_named_split, split_lines
+from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset
 from pipelines.errors import CorruptFileError, notice
 from pipelines.evaluation import text_units
 from pipelines.export import export_model
-from pipelines.files import (
-    atomic_path,
-    atomic_write_json,
-    bytes_digest,
-    file_digest,
-    read_json,
-    remove_temporaries,
-    set_aside,
-)
+from pipelines.files import atomic_write_json, read_json, remove_temporaries
+from pipelines.keras_workarounds import fit_multi_worker
 from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds, with_cpu_settings
-from pipelines.keras_workarounds import patch_multi_worker_fit
 from pipelines.optimizer import GlobalClipAdamW
+from pipelines.run_data import cached_tokens, run_tokenizer, save_tokenizer, split_text
 from pipelines.run_lock import RunLock
+from pipelines.strategy import choose_strategy, configure_cpu_devices, is_chief, worker_dir
 
 # The kernel path a run started with, kept for its resumption (pipelines.kernel_path).
 KERNEL_PATH_FILE = "kernel_path.json"
 # Fields that may differ between a run and its resumption.
 _RESUMABLE = {"max_steps", "out", "export", "export_dir", "profile_steps", "samples", "sample_tokens", "data_dir"}
-
-
-def configure_cpu_devices(count):
-    """Splits the CPU into `count` logical devices (before TensorFlow starts)."""
-    if count and count > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
-
-
-def choose_strategy(name):
-    """MultiWorkerMirrored with TF_CONFIG; Mirrored over several GPUs (or logical CPUs); else default."""
-    if name == "multi_worker" or (name == "auto" and os.environ.get("TF_CONFIG")):
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    gpus = tf.config.list_logical_devices("GPU")
-    if name == "mirrored":
-        devices = gpus or tf.config.list_logical_devices("CPU")
-        return tf.distribute.MirroredStrategy([d.name for d in devices])
-    if name == "auto" and len(gpus) > 1:
-        return tf.distribute.MirroredStrategy([d.name for d in gpus])
-    return tf.distribute.get_strategy()
 
 
 def _kernel_path(run_dir, config, strategy, vocabulary_size):
@@ -103,7 +73,11 @@ def _kernel_path(run_dir, config, strategy, vocabulary_size):
                 path = json.load(f)
         except (OSError, ValueError):
             path = None
-        if isinstance(path, dict) and isinstance(path.get("jit_compile"), bool) and isinstance(path.get("precision"), str):
+        if (
+            isinstance(path, dict)
+            and isinstance(path.get("jit_compile"), bool)
+            and isinstance(path.get("precision"), str)
+        ):
             return path
         notice(f"{recorded} is damaged: choosing the kernel path again (it is rewritten)")
     stateful = stateful_stream(config)
@@ -116,26 +90,16 @@ def _kernel_path(run_dir, config, strategy, vocabulary_size):
 
     def step_seconds(jit_compile, policy):
         return training_step_seconds(
-            build, lambda: build_optimizer(config), config.batch_size, config.sequence_length, vocabulary_size,
-            jit_compile, policy,
+            build,
+            lambda: build_optimizer(config),
+            config.batch_size,
+            config.sequence_length,
+            vocabulary_size,
+            jit_compile,
+            policy,
         )
 
     return choose_kernel_path(config.jit, config.precision, strategy, step_seconds)
-
-
-def _is_chief(strategy):
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return True
-    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
-
-
-def _worker_dir(run_dir, strategy):
-    """Non-chief workers of a multi-worker run write beside the chief, not over it."""
-    if _is_chief(strategy):
-        return run_dir
-    resolver = strategy.cluster_resolver
-    return os.path.join(run_dir, f"{resolver.task_type}_{resolver.task_id}")
 
 
 def _check_run_config(run_dir, config):
@@ -157,104 +121,9 @@ def _check_run_config(run_dir, config):
     }
     if changed:
         raise ValueError(
-            f"{run_dir!r} holds a run with another config; changed fields (saved, given): {changed}. "
-            "Use another --out."
+            f"{run_dir!r} holds a run with another config; changed fields (saved, given): {changed}. Use another --out."
         )
     return False
-
-
-def _run_tokenizer(run_dir, config, train_lines):
-    """The run's tokenizer: loaded (and checked), or trained; `(tokenizer, needs_saving)`.
-
-    A damaged tokenizer file is repaired by training again on the train
-    split, which is deterministic: the retrained files must have the digests
-    that `tokenizer.json` recorded, or the run stops.
-    """
-    directory = os.path.join(run_dir, "tokenizer")
-    if not os.path.isdir(directory) or not os.listdir(directory):
-        return train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size, config.init_from), True
-    try:
-        return load_tokenizer(directory), False
-    except CorruptFileError as error:
-        damage = error
-    except FileNotFoundError:  # files without tokenizer.json: a save that older versions did not finish
-        damage = CorruptFileError(directory, "holds no complete tokenizer (no tokenizer.json)")
-    retrained = train_tokenizer(config.tokenizer, train_lines, config.vocabulary_size, config.init_from)
-    digests = {name: bytes_digest(data) for name, data in retrained.files().items()}
-    try:
-        recorded = read_json(os.path.join(directory, "tokenizer.json")).get("files")
-    except (CorruptFileError, AttributeError):
-        # The manifest itself is damaged: compare with the files on disk instead.
-        recorded = {
-            name: file_digest(os.path.join(directory, name)) for name in digests if os.path.isfile(os.path.join(directory, name))
-        }
-    if recorded != digests:
-        raise CorruptFileError(
-            damage.path,
-            damage.problem,
-            action="training the tokenizer again on the train split does not give the recorded one "
-            "(tokenizer.json), so the run cannot go on with it: restore the file, or start a new run "
-            "in another --out",
-        )
-    notice(f"{damage}: trained the tokenizer again on the train split (identical to the recorded one) and rewrote it")
-    set_aside(directory)
-    _save_tokenizer(retrained, directory)
-    return retrained, False
-
-
-def _save_tokenizer(tokenizer, directory):
-    # Staged in a temporary folder and renamed: a kill leaves no half tokenizer.
-    with atomic_path(directory, fault="tokenizer-write") as staging:
-        tokenizer.save(staging)
-
-
-# Bump when tokenization changes, so that caches of the old code are not reused.
-_CACHE_VERSION = 1
-
-
-def _tokens(run_dir, tokenizer, lines, split):
-    """The split's token stream, cached in the run under a key of everything that produced it.
-
-    The key hashes the tokenizer (kind, vocabulary, merges) and the text
-    itself, so another tokenizer or an edited file never reads a stale
-    cache. A cache that does not read back as int32 ids of this vocabulary
-    is rebuilt.
-    """
-    key = hashlib.sha256(f"tfam-cache-{_CACHE_VERSION}\0{tokenizer.fingerprint()}\0".encode("utf-8"))
-    for line in lines:
-        key.update(line.encode("utf-8"))
-        key.update(b"\n")
-    label = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(os.path.normpath(split))) or "split"
-    path = os.path.join(run_dir, "cache", f"{label}-{key.hexdigest()[:20]}.npy")
-    if os.path.isfile(path):
-        try:
-            tokens = np.load(path, allow_pickle=False)
-            problem = None
-        except (ValueError, OSError, EOFError) as error:
-            problem = f"cannot be read ({error})"
-        else:
-            if tokens.dtype != np.int32 or tokens.ndim != 1:
-                problem = f"holds {tokens.dtype} of shape {tokens.shape}, not a stream of int32 ids"
-            elif tokens.size and (tokens.min() < 0 or tokens.max() >= tokenizer.vocabulary_size):
-                problem = f"holds ids outside [0, {tokenizer.vocabulary_size})"
-        if problem is None:
-            return tokens
-        notice(f"{path} {problem}: tokenizing {split} again")
-    tokens = tokenize_lines(tokenizer, lines)
-    with atomic_path(path, fault="cache-write") as temp:
-        with open(temp, "wb") as f:
-            np.save(f, tokens)
-    return tokens
-
-
-def _split(config, split):
-    """A split's lines: a text file or folder given as the split, a WikiText split of `data_dir`,
-    or, for a named split without `data_dir` only, WikiText downloaded through the TFDS builder."""
-    if config.data_dir or not is_named_split(split):
-        return split_lines(config.data_dir, split)
-    from pipelines.data.wikitext_tfds import tfds_split_lines
-
-    return tfds_split_lines(config.dataset, split)
 
 
 def check_sequence_length(model, sequence_length):
@@ -324,7 +193,9 @@ def build_optimizer(config):
         beta_1=config.beta_1,
         beta_2=config.beta_2,
         clip_global_norm=config.clip_norm,
-        gradient_accumulation_steps=config.gradient_accumulation_steps if config.gradient_accumulation_steps > 1 else None,
+        gradient_accumulation_steps=(
+            config.gradient_accumulation_steps if config.gradient_accumulation_steps > 1 else None
+        ),
     )
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta", "scale", "embeddings"])
     return optimizer
@@ -354,7 +225,7 @@ def train(config):
     config.validate()
     configure_cpu_devices(config.cpu_devices)
     strategy = choose_strategy(config.strategy)
-    run_dir = _worker_dir(os.path.abspath(config.out), strategy)
+    run_dir = worker_dir(os.path.abspath(config.out), strategy)
     with RunLock(run_dir):
         return _train_locked(config, strategy, run_dir)
 
@@ -366,10 +237,10 @@ def _train_locked(config, strategy, run_dir):
     for folder in (run_dir, checkpoint_dir, backup_dir, os.path.join(run_dir, "cache")):
         remove_temporaries(folder)
     # Data first: a missing split fails before any model work.
-    train_lines, eval_lines = (_split(config, split) for split in (config.train_split, config.eval_split))
+    train_lines, eval_lines = (split_text(config, split) for split in (config.train_split, config.eval_split))
     new_run = _check_run_config(run_dir, config)
     keras.utils.set_random_seed(config.seed)
-    tokenizer, new_tokenizer = _run_tokenizer(run_dir, config, train_lines)
+    tokenizer, new_tokenizer = run_tokenizer(run_dir, config, train_lines)
     kernel_path = with_cpu_settings(_kernel_path(run_dir, config, strategy, tokenizer.vocabulary_size))
     print(describe(kernel_path), flush=True)
     keras.mixed_precision.set_global_policy(kernel_path["precision"])
@@ -403,9 +274,9 @@ def _train_locked(config, strategy, run_dir):
         atomic_write_json(os.path.join(run_dir, "config.json"), config.to_dict())
     atomic_write_json(os.path.join(run_dir, KERNEL_PATH_FILE), kernel_path)
     if new_tokenizer:
-        _save_tokenizer(tokenizer, os.path.join(run_dir, "tokenizer"))
-    train_tokens = _tokens(run_dir, tokenizer, train_lines, config.train_split)
-    eval_tokens = _tokens(run_dir, tokenizer, eval_lines, config.eval_split)
+        save_tokenizer(tokenizer, os.path.join(run_dir, "tokenizer"))
+    train_tokens = cached_tokens(run_dir, tokenizer, train_lines, config.train_split)
+    eval_tokens = cached_tokens(run_dir, tokenizer, eval_lines, config.eval_split)
 
     backup = SafeBackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False)
     restored = backup.restorable()
@@ -420,13 +291,16 @@ def _train_locked(config, strategy, run_dir):
         eval_data = stateful_lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
     else:
         train_data = lm_dataset(
-            train_tokens, config.sequence_length, global_batch, tokenizer.eos_id,
-            shuffle=True, seed=config.seed, drop_remainder=True, repeat=True,
+            train_tokens,
+            config.sequence_length,
+            global_batch,
+            tokenizer.eos_id,
+            shuffle=True,
+            seed=config.seed,
+            drop_remainder=True,
+            repeat=True,
         ).skip(initial_epoch * steps_per_epoch)
         eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
-
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        patch_multi_worker_fit(model, strategy, next(iter(train_data.take(1))))
 
     log_dir = os.path.join(run_dir, "logs")
     os.makedirs(checkpoint_dir, exist_ok=True)
@@ -438,13 +312,17 @@ def _train_locked(config, strategy, run_dir):
             words = " ".join(prompt.split()[:8])
             ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([words])).flat_values))
             out = model.generate([ids], config.sample_tokens, sampler="top_p", seed=config.seed, jit_compile=False)
-            completion = tokenizer.detokenize(out[:, len(ids):]).numpy()[0].decode("utf-8", "replace")
+            completion = tokenizer.detokenize(out[:, len(ids) :]).numpy()[0].decode("utf-8", "replace")
             texts.append(f"**{words}** {completion}")
         return texts
 
     throughput = ThroughputMonitor(global_batch * config.sequence_length, log_dir)
     evaluator = PerplexityEvaluator(
-        eval_data, text_units(tokenizer.kind, eval_lines), strategy, validation_every, log_dir,
+        eval_data,
+        text_units(tokenizer.kind, eval_lines),
+        strategy,
+        validation_every,
+        log_dir,
         sampler=samples if config.samples else None,
     )
     best_path = os.path.join(checkpoint_dir, "best.keras")
@@ -461,16 +339,19 @@ def _train_locked(config, strategy, run_dir):
     if hasattr(model, "summary_scalars"):
         callbacks.append(ModelScalars(log_dir))
     callbacks.append(FaultPoints())  # last: see FaultPoints
-    history = model.fit(
-        train_data,
-        epochs=epochs,
-        initial_epoch=initial_epoch,
-        steps_per_epoch=steps_per_epoch,
-        callbacks=callbacks,
-        # The stream is shuffled already (with the seed, resumably).
-        shuffle=False,
-        verbose="auto",
-    )
+    # The stream is shuffled already (with the seed, resumably).
+    fit_arguments = dict(initial_epoch=initial_epoch, shuffle=False)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        history = fit_multi_worker(model, strategy, train_data, callbacks, epochs, steps_per_epoch, **fit_arguments)
+    else:
+        history = model.fit(
+            train_data,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose="auto",
+            **fit_arguments,
+        )
     steps = int(model.optimizer.iterations.numpy())
     stopped_on_nan = any(not math.isfinite(v) for v in history.history.get("loss", []))
     final_path = os.path.join(checkpoint_dir, "final.keras")
@@ -487,14 +368,15 @@ def _train_locked(config, strategy, run_dir):
             best.consider(result["loss"], steps)
 
     export_path = None
-    if config.export and _is_chief(strategy) and not stopped_on_nan:
+    if config.export and is_chief(strategy) and not stopped_on_nan:
         exported = model
         if os.path.isfile(best_path):
             try:
                 exported = load_checkpoint(best_path)
             except CorruptFileError as error:
                 notice(f"{error}: exporting the final model instead")
-        export_path = export_model(exported, config.export_dir or os.path.join(run_dir, "export"), tokenizer, overwrite=False)
+        export_dir = config.export_dir or os.path.join(run_dir, "export")
+        export_path = export_model(exported, export_dir, tokenizer, overwrite=False)
     summary = {
         "steps": steps,
         "max_steps": config.max_steps,

@@ -38,8 +38,11 @@ PATTERNS = {
     "blockwise": (Blockwise(6, [1, 0, 2]), False, "Blockwise(6, [1, 0, 2])"),
     "longformer": (UnionPattern([SlidingWindow(4), GlobalTokens(2)]), False, "SlidingWindow(4) + GlobalTokens(2)"),
     "big_bird": (BigBird(4, num_random_blocks=1, num_global_blocks=1, seed=0), False, "BigBird(4, 1 random, 1 global)"),
-    "per_head": (HeadPatterns([Strided(6, subset=1), Strided(6, subset=2)]), True,
-                 "HeadPatterns([Strided(6, 1), Strided(6, 2)]): head groups side by side"),
+    "per_head": (
+        HeadPatterns([Strided(6, subset=1), Strided(6, subset=2)]),
+        True,
+        "HeadPatterns([Strided(6, 1), Strided(6, 2)]): head groups side by side",
+    ),
 }
 ATTENDED, EMPTY, GRID = (31, 78, 140), (245, 245, 245), (205, 205, 205)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 25 on the lent GPU machine (JAX backend; it has JAX, PyTorch and transformers, no
+# The GPU benchmarks on a lent GPU machine (JAX backend; it has JAX, PyTorch and transformers, no
 # TensorFlow and no Keras): GPT-2 small training against nanoGPT on the same GPU (benchmarks/gpu_train.py)
 # and greedy decoding against transformers (benchmarks/generate_vs_transformers.py --device cuda).
 #
@@ -27,15 +27,17 @@ if [ "${1:-}" = "prepare" ]; then
   ls .whl .peers/nanoGPT
   exit 0
 fi
-[ "$#" -eq 0 ] || [ "$*" = "tests" ] || { echo "usage: bash scripts/gpu_bench.sh [prepare NANOGPT_CHECKOUT | tests]" >&2; exit 2; }
+[ "$#" -eq 0 ] || [ "$*" = "tests" ] || {
+  echo "usage: bash scripts/gpu_bench.sh [prepare NANOGPT_CHECKOUT | tests]" >&2
+  exit 2
+}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="/tmp/site:$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
 out="${OUT:-/tmp}"
 if [ "${1:-}" = "tests" ]; then
-  # The backend-neutral tests of decoding, generation, the attention contract, GPT-2, the ops and the losses
-  # on the GPU (carrying .whl only; ~4 min on an H200): float32 products at full precision (JAX's default
-  # precision lets a GPU round float32 products to TensorFloat-32's 10-bit mantissa, far past the tests'
-  # 1e-5 tolerances), six processes sharing the GPU's memory as they need it.
+  # The backend-neutral tests of decoding, generation, the attention contract, GPT-2, the ops and the losses on
+  # the GPU: float32 products at full precision (JAX's default rounds them to TensorFloat-32, past the tests'
+  # tolerances), six processes sharing the GPU's memory as they need it.
   export XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest
   exec python3 -m pytest -q -p no:cacheprovider -n 6 --dist loadfile -m "every_backend and not training" -rfE \
     tests/models/test_decoding_models.py tests/generation tests/layers/attention/test_attention_contract.py \
@@ -44,7 +46,8 @@ fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
 status=0
 # 1. Training: ours (the fused attention kernel, checked against the explicit path) against nanoGPT.
-python3 benchmarks/gpu_train.py --nanogpt .peers/nanoGPT --peers-python python3 2>&1 | tee "$out/gpu_train.log" || status=1
+python3 benchmarks/gpu_train.py --nanogpt .peers/nanoGPT --peers-python python3 2>&1 \
+  | tee "$out/gpu_train.log" || status=1
 # 2. Greedy decoding of GPT-2 small against transformers on the GPU, float32 and bfloat16.
 python3 benchmarks/generate_vs_transformers.py --device cuda --batch 1 8 --peers-python python3 \
   --engines keras_tfam-float32 keras_tfam-bfloat16 transformers-float32 transformers-bfloat16 \
@@ -52,5 +55,6 @@ python3 benchmarks/generate_vs_transformers.py --device cuda --batch 1 8 --peers
 # 3. Ours without the fused kernel: what it is worth.
 python3 benchmarks/gpu_train.py --no-flash 2>&1 | tee "$out/gpu_train_no_flash.log" || status=1
 # 4. Where ours spends the step: kernels per name, matched to the HLO fusions they run (the traces stay in /tmp).
-python3 benchmarks/gpu_step_profile.py --batch 32 --out /tmp/gpu_profile --hlo /tmp/gpu_hlo 2>&1 | tee "$out/gpu_step_profile.log" || status=1
+python3 benchmarks/gpu_step_profile.py --batch 32 --out /tmp/gpu_profile --hlo /tmp/gpu_hlo 2>&1 \
+  | tee "$out/gpu_step_profile.log" || status=1
 exit $status

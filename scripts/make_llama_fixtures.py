@@ -203,7 +203,8 @@ def write(name, spec, data):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "wikitext-2"))
+    default_data = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "wikitext-2")
+    parser.add_argument("--data", default=default_data)
     parser.add_argument("--only", nargs="*", default=list(FAMILIES))
     args = parser.parse_args()
     print("transformers", transformers.__version__, "torch", torch.__version__)

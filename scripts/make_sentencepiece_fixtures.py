@@ -25,41 +25,85 @@ import transformers
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 EDGE_CASES = [
-    "Hello", " Hello", "  two leading spaces", "a  b   c", "trailing ", "\tTab and\ttabs", "two\nlines",
-    "naïve café 1,234.5 — 東京 🙂", "<unk> and </s> inside", "", " ", "<start_of_turn>user hi",
+    "Hello",
+    " Hello",
+    "  two leading spaces",
+    "a  b   c",
+    "trailing ",
+    "\tTab and\ttabs",
+    "two\nlines",
+    "naïve café 1,234.5 — 東京 🙂",
+    "<unk> and </s> inside",
+    "",
+    " ",
+    "<start_of_turn>user hi",
 ]
 FAMILIES = {
     # Llama 2 / Mistral v0.1: a dummy prefix, no whitespace normalisation, digits split, byte fallback.
     "spm-llama-tiny": dict(
         trainer=dict(
-            normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=True,
-            byte_fallback=True, split_digits=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            add_dummy_prefix=True,
+            byte_fallback=True,
+            split_digits=True,
+            unk_id=0,
+            bos_id=1,
+            eos_id=2,
+            pad_id=-1,
             user_defined_symbols=["<start_of_turn>"],
         ),
         config={
-            "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-            "add_bos_token": True, "add_eos_token": False, "legacy": False, "clean_up_tokenization_spaces": False,
+            "tokenizer_class": "LlamaTokenizer",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "add_bos_token": True,
+            "add_eos_token": False,
+            "legacy": False,
+            "clean_up_tokenization_spaces": False,
         },
     ),
     # Llama 2 read the legacy way (`legacy: true`): the prefix before every piece of text.
     "spm-llama-legacy-tiny": dict(
         same_model_as="spm-llama-tiny",
         config={
-            "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-            "add_bos_token": True, "add_eos_token": True, "legacy": True, "clean_up_tokenization_spaces": False,
+            "tokenizer_class": "LlamaTokenizer",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "add_bos_token": True,
+            "add_eos_token": True,
+            "legacy": True,
+            "clean_up_tokenization_spaces": False,
         },
     ),
     # Gemma: no dummy prefix, pad/eos/bos/unk at 0-3, byte fallback, a user-defined control-like piece.
     "spm-gemma-tiny": dict(
         trainer=dict(
-            normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
-            byte_fallback=True, split_digits=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3,
-            pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>",
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            add_dummy_prefix=False,
+            byte_fallback=True,
+            split_digits=True,
+            pad_id=0,
+            eos_id=1,
+            bos_id=2,
+            unk_id=3,
+            pad_piece="<pad>",
+            eos_piece="<eos>",
+            bos_piece="<bos>",
+            unk_piece="<unk>",
             user_defined_symbols=["<start_of_turn>"],
         ),
         config={
-            "tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>",
-            "pad_token": "<pad>", "add_bos_token": True, "add_eos_token": False,
+            "tokenizer_class": "GemmaTokenizer",
+            "bos_token": "<bos>",
+            "eos_token": "<eos>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+            "add_bos_token": True,
+            "add_eos_token": False,
         },
     ),
 }
@@ -84,8 +128,13 @@ def write(name, spec, data):
             with open(corpus, "w", encoding="utf-8") as f:
                 f.write("\n".join(lines(data, "valid", 4000)))
             sentencepiece.SentencePieceTrainer.train(
-                input=corpus, model_prefix=os.path.join(scratch, "tokenizer"), model_type="bpe", vocab_size=700,
-                character_coverage=1.0, minloglevel=2, **spec["trainer"],
+                input=corpus,
+                model_prefix=os.path.join(scratch, "tokenizer"),
+                model_type="bpe",
+                vocab_size=700,
+                character_coverage=1.0,
+                minloglevel=2,
+                **spec["trainer"],
             )
             with open(os.path.join(scratch, "tokenizer.model"), "rb") as f:
                 model = f.read()
@@ -111,7 +160,8 @@ def write(name, spec, data):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "wikitext-2"))
+    default_data = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "wikitext-2")
+    parser.add_argument("--data", default=default_data)
     parser.add_argument("--only", nargs="*", default=list(FAMILIES))
     args = parser.parse_args()
     print("transformers", transformers.__version__, "sentencepiece", sentencepiece.__version__)

@@ -21,9 +21,7 @@ def norm(layer, x):
 
 
 def attention(layer, query, value, mask):
-    return multi_head_attention(
-        query, value, layer.get_weights(), layer.num_heads, layer.num_key_value_heads, mask
-    )
+    return multi_head_attention(query, value, layer.get_weights(), layer.num_heads, layer.num_key_value_heads, mask)
 
 
 def feed_forward(layer, x):
@@ -44,9 +42,7 @@ def encoder_block(block, x, mask):
 
 
 def decoder_block(block, x, self_mask, source=None, cross_mask=None):
-    x = residual(
-        block, x, block.self_attention_norm, lambda h: attention(block.self_attention_layer, h, h, self_mask)
-    )
+    x = residual(block, x, block.self_attention_norm, lambda h: attention(block.self_attention_layer, h, h, self_mask))
     if source is not None:
         x = residual(
             block,

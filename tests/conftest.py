@@ -9,36 +9,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-
-def _one_mlir_context_per_thread():
-    """On JAX, every lowering (each eager op of a new shape, each jitted function) builds a new MLIR
-    context and loads its dialects into it: 17% of the JAX phase's CPU time (py-spy). MLIR contexts hold
-    any number of modules, and reusing one only keeps the types and attributes it has uniqued, so the
-    tests reuse one per thread. The attention contract and GPT-2 tests on JAX: 159 -> 126 s, peak memory
-    4.1 -> 1.6 GB (2-core AMD EPYC). What is lowered, compiled and run is unchanged. A JAX without
-    `make_ir_context` is left as it is."""
-    try:
-        from jax._src.interpreters import mlir
-    except ImportError:
-        return
-    make_ir_context = getattr(mlir, "make_ir_context", None)
-    if make_ir_context is None:
-        return
-    import threading
-
-    contexts = threading.local()
-
-    def reused_ir_context():
-        if not hasattr(contexts, "context"):
-            contexts.context = make_ir_context()
-        return contexts.context
-
-    mlir.make_ir_context = reused_ir_context
-
-
-if keras.config.backend() == "jax":
-    _one_mlir_context_per_thread()
-
 # The backend-neutral library, run on JAX as well by scripts/test.sh (`-m every_backend`): every layer
 # through the shared harness, the ops, the losses, generation, the attention contract, GPT-2 (cached == uncached, a
 # GPT-2 of every attention kind decoding the argmax of its full pass) and Hugging Face parity. The
@@ -53,6 +23,7 @@ EVERY_BACKEND_FILES = (
     "tests/convert/test_huggingface_llama.py",
     "tests/models/test_keras_export.py",
     "tests/test_backend_neutral.py",
+    "tests/test_engine.py",
     "tests/layers/core/test_dense.py::test_quantize_frees_the_float_weights_without_a_collection",
     "tests/test_cpu.py::test_asking_for_wide_vectors_sets_the_width_xla_compiles_with",
 )
@@ -70,7 +41,11 @@ def runs_on_every_backend(item):
     return (
         item.nodeid.startswith(EVERY_BACKEND_FILES)
         or (item.cls is not None and item.cls.__name__.endswith("Harness"))
-        or (item.nodeid.startswith("tests/models/test_decoding_models.py") and "greedy" in item.name and "[gpt2_" in item.name)
+        or (
+            item.nodeid.startswith("tests/models/test_decoding_models.py")
+            and "greedy" in item.name
+            and "[gpt2_" in item.name
+        )
     )
 
 

@@ -23,7 +23,14 @@ def make_small_wikitext(folder):
 
 
 # The options of the `trained_run` fixture: a rerun of a copy of it repeats them.
-TRAINED_RUN_OPTIONS = {"max-steps": 4, "backup-every": 2, "eval-every": 2, "samples": 1, "sample-tokens": 4, "jit": "off"}
+TRAINED_RUN_OPTIONS = {
+    "max-steps": 4,
+    "backup-every": 2,
+    "eval-every": 2,
+    "samples": 1,
+    "sample-tokens": 4,
+    "jit": "off",
+}
 
 
 def tiny_args(data_dir, out, **overrides):
@@ -70,7 +77,12 @@ def run_tfam(args, env=None, timeout=300, check=True, in_process=None, **kwargs)
         environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1", **(env or {})}
         result = subprocess.run(
             [sys.executable, "-m", "pipelines.cli", *args],
-            cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout, **kwargs,
+            cwd=REPO,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kwargs,
         )
     if check and result.returncode != 0:
         raise AssertionError(f"tfam {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")

@@ -125,9 +125,7 @@ def t5_bucket(distance, bidirectional, num_buckets, max_distance):
     max_exact = num_buckets // 2
     if n < max_exact:
         return bucket + n
-    large = max_exact + int(
-        math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    )
+    large = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
     return bucket + min(large, num_buckets - 1)
 
 

@@ -7,7 +7,6 @@ query, `j` a key) rather than speed.
 import math
 
 import numpy as np
-
 from reference import softmax
 
 

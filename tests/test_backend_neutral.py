@@ -44,8 +44,11 @@ def test_no_tensorflow_import_in_the_library_sources():
 
     Each imports the backend's own module inside the branch for that backend.
     """
-    dispatch = {os.path.join("generation", "generator.py"), os.path.join("ops", "autodiff.py"),
-                os.path.join("ops", "in_place.py")}
+    dispatch = {
+        os.path.join("generation", "generator.py"),
+        os.path.join("ops", "autodiff.py"),
+        os.path.join("ops", "in_place.py"),
+    }
     offenders = []
     for folder, _, files in os.walk(os.path.join(REPO, "keras_tfam")):
         for name in files:
@@ -53,6 +56,9 @@ def test_no_tensorflow_import_in_the_library_sources():
                 path = os.path.join(folder, name)
                 with open(path, encoding="utf-8") as f:
                     for number, line in enumerate(f, 1):
-                        if "import tensorflow" in line and os.path.relpath(path, os.path.join(REPO, "keras_tfam")) not in dispatch:
+                        if (
+                            "import tensorflow" in line
+                            and os.path.relpath(path, os.path.join(REPO, "keras_tfam")) not in dispatch
+                        ):
                             offenders.append(f"{os.path.relpath(path, REPO)}:{number}: {line.strip()}")
     assert offenders == []

@@ -1,8 +1,9 @@
-"""The vector width XLA compiles for on this CPU: 512 bits on request where the CPU has AVX-512, never on
-import alone, kept where the user set one, and taken by XLA itself (its dumped debug options). Whether it
-is faster is the benchmarks' business."""
+"""Process settings: nothing changed on import (the user's backend and environment are theirs), pooled tensor
+memory and 512-bit vectors on request (`cpu.configure`), a user's own settings kept, and the width taken by XLA
+itself (its dumped debug options). Whether any of it is faster is the benchmarks' business."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from keras_tfam.cpu import (
     POOL_LIMIT_VARIABLE,
     POOL_VARIABLE,
     bfloat16_rows_pay,
+    configure,
     cpu_flags,
-    pool_cpu_tensor_memory,
     prefer_wide_vectors,
     xla_cpu_vector_width,
     xla_flags_with_vector_width,
@@ -43,9 +44,9 @@ def test_512_bit_vectors_are_added_only_with_avx512_and_no_width_set(xla_flags, 
 @pytest.mark.parametrize(
     "flags, xla_flags, expected",
     [
-        ("avx2 fma", "", True),  # measured 2.0x float32 on an AVX2 EPYC
-        ("avx2 avx512f", "", False),  # 0.7-0.85x on an AVX-512 Xeon at XLA's default 256 bits
-        ("avx2 avx512f", "--xla_cpu_prefer_vector_width=512", True),  # 1.38x there at 512
+        ("avx2 fma", "", True),
+        ("avx2 avx512f", "", False),  # XLA's default 256 bits on an AVX-512 CPU
+        ("avx2 avx512f", "--xla_cpu_prefer_vector_width=512", True),
         ("", "", False),  # features unknown (another architecture)
     ],
 )
@@ -114,37 +115,68 @@ def test_pooled_tensor_memory_is_asked_for_unless_the_user_said_otherwise(monkey
         monkeypatch.delenv(POOL_VARIABLE, raising=False)
     else:
         monkeypatch.setenv(POOL_VARIABLE, value)
-    assert pool_cpu_tensor_memory() is pooled
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert configure() == {"pooled_tensor_memory": pooled, "xla_cpu_vector_width": "256"}
     assert os.environ[POOL_VARIABLE] == ("true" if value is None else value)  # a value set is kept
+    assert "XLA_FLAGS" not in os.environ  # no vectors asked for
+
+
+def test_configure_asks_for_wide_vectors_only_when_told_and_refuses_non_booleans(monkeypatch):
+    monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2 avx512f")
+    monkeypatch.setenv(POOL_VARIABLE, "false")
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert configure(pool_tensor_memory=False, wide_vectors=True) == {
+        "pooled_tensor_memory": False,
+        "xla_cpu_vector_width": "512",
+    }
+    for name in ("pool_tensor_memory", "wide_vectors"):
+        with pytest.raises(ValueError, match=f"`{name}` must be True or False. Received: {name}='yes'"):
+            configure(**{name: "yes"})
 
 
 @pytest.mark.parametrize("memory_gib, limit", [(128, "131072"), (16, None), (None, None)])
-def test_the_pool_may_hold_the_machine_s_memory_where_it_has_more_than_tensorflow_s_64_gb(monkeypatch, memory_gib,
-                                                                                         limit):
+def test_the_pool_may_hold_the_machine_s_memory_where_it_has_more_than_tensorflow_s_64_gb(
+    monkeypatch, memory_gib, limit
+):
     monkeypatch.setenv(POOL_VARIABLE, "true")
     monkeypatch.delenv(POOL_LIMIT_VARIABLE, raising=False)
     monkeypatch.setattr(cpu, "physical_memory_bytes", lambda: memory_gib and memory_gib * 2**30)
-    assert pool_cpu_tensor_memory()
+    assert configure()["pooled_tensor_memory"]
     assert os.environ.get(POOL_LIMIT_VARIABLE) == limit
     monkeypatch.setenv(POOL_LIMIT_VARIABLE, "1000")  # the user's limit is kept
-    pool_cpu_tensor_memory()
+    configure()
     assert os.environ[POOL_LIMIT_VARIABLE] == "1000"
 
 
-@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's allocator")
-def test_importing_keras_tfam_pools_tensorflow_s_cpu_memory():
-    # TensorFlow reports memory statistics for its pooling (BFC) allocator only. (The pipelines pool on their
-    # own, so the process imports keras_tfam alone; a user's `false` is kept: test_kernel_path.py.)
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_importing_keras_tfam_first_keeps_the_user_s_backend_and_environment(tmp_path, backend):
+    # The backend `~/.keras/keras.json` names, with no KERAS_BACKEND set. The environment after importing keras_tfam
+    # and the pipelines first is the one importing Keras alone leaves (Keras sets a few variables of its own).
+    (tmp_path / ".keras").mkdir()
+    (tmp_path / ".keras" / "keras.json").write_text(json.dumps({"backend": backend}))
     script = textwrap.dedent(
         """
-        import keras_tfam
-        import tensorflow as tf
-        tf.zeros(3)
-        print(tf.config.experimental.get_memory_info("CPU:0")["current"] >= 0)
+        import json, os, sys
+        before = dict(os.environ)
+        if sys.argv[1] == "keras_tfam":
+            import keras_tfam, pipelines
+        import keras
+        changed = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+        print(json.dumps([keras.config.backend(), changed]))
         """
     )
-    environment = {key: value for key, value in os.environ.items() if key != POOL_VARIABLE}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
-                            env={**environment, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["True"]
+    environment = {key: value for key, value in os.environ.items() if key not in ("KERAS_BACKEND", "KERAS_HOME")}
+    environment.update(HOME=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="3")
+    answers = []
+    for first in ("keras_tfam", "keras"):
+        result = subprocess.run(
+            [sys.executable, "-c", script, first],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+            env=environment,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        answers.append(json.loads(result.stdout.splitlines()[-1]))
+    assert answers[0] == answers[1] and answers[0][0] == backend

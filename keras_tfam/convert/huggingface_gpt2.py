@@ -71,8 +71,10 @@ def open_checkpoint(directory):
     prefix; the mask buffers and a tied `lm_head.weight` ignored (a `ValueError` unless it equals `wte.weight`)."""
     checkpoint = SafetensorsCheckpoint(directory)
     names = {_strip(name): name for name in checkpoint.names()}
-    if "lm_head.weight" in names and "wte.weight" in names and not np.array_equal(
-        checkpoint.tensor(names["lm_head.weight"]), checkpoint.tensor(names["wte.weight"])
+    if (
+        "lm_head.weight" in names
+        and "wte.weight" in names
+        and not np.array_equal(checkpoint.tensor(names["lm_head.weight"]), checkpoint.tensor(names["wte.weight"]))
     ):
         raise ValueError(
             "lm_head.weight differs from wte.weight: GPT2LM ties its output head to the "

@@ -51,9 +51,7 @@ def _activation(config, model_type, path):
     if name == "gelu":
         return "geglu"
     if name not in _ACTIVATIONS:
-        raise ValueError(
-            f"Unsupported hidden_act={name!r} in {path}; supported: {(*_ACTIVATIONS, 'gelu')}"
-        )
+        raise ValueError(f"Unsupported hidden_act={name!r} in {path}; supported: {(*_ACTIVATIONS, 'gelu')}")
     return _ACTIVATIONS[name]
 
 
@@ -196,9 +194,7 @@ def load_huggingface_llama(directory, cls, **overrides):
     checkpoint = SafetensorsCheckpoint(directory)
     arguments = huggingface_llama_arguments(config, model_type, path)
     if not arguments["tie_embeddings"] and "lm_head.weight" not in checkpoint.names():
-        raise ValueError(
-            f"tie_word_embeddings is false in {path} but the checkpoint has no 'lm_head.weight' tensor"
-        )
+        raise ValueError(f"tie_word_embeddings is false in {path} but the checkpoint has no 'lm_head.weight' tensor")
     tied_head = arguments["tie_embeddings"] and "lm_head.weight" in checkpoint.names()
     return build_and_fill(
         lambda: (cls or DecoderLM)(**{**arguments, **overrides}),

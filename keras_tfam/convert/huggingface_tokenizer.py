@@ -127,7 +127,11 @@ _CONTROL, _USER_DEFINED, _BPE = 3, 4, 2
 _SENTENCEPIECE_DEFAULTS = {
     "LlamaTokenizer": {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"},
     "GemmaTokenizer": {
-        "unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "mask_token": "<mask>",
+        "unk_token": "<unk>",
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "mask_token": "<mask>",
     },
 }
 
@@ -160,8 +164,14 @@ def _from_sentencepiece(path, config):
     vocabulary = {piece.piece: index for index, piece in enumerate(proto.pieces)}
     defaults = _SENTENCEPIECE_DEFAULTS[kind]
     tokens = {name: _token_content(config.get(name)) or default for name, default in defaults.items()}
-    model = BPE(vocabulary, _sentencepiece_merges(vocabulary), fuse_unk=True, byte_fallback=True, dropout=None,
-                **({"unk_token": tokens["unk_token"]} if kind == "GemmaTokenizer" else {}))
+    model = BPE(
+        vocabulary,
+        _sentencepiece_merges(vocabulary),
+        fuse_unk=True,
+        byte_fallback=True,
+        dropout=None,
+        **({"unk_token": tokens["unk_token"]} if kind == "GemmaTokenizer" else {}),
+    )
     tokenizer = Tokenizer(model)
     fuse = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     if kind == "LlamaTokenizer":

@@ -153,7 +153,9 @@ def _read_index(path):
             index = json.load(f)
         weight_map = index["weight_map"]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"{path} is not a safetensors index with a weight_map ({type(error).__name__}: {error})") from None
+        raise ValueError(
+            f"{path} is not a safetensors index with a weight_map ({type(error).__name__}: {error})"
+        ) from None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ValueError(f"{path}: `weight_map` must map tensor names to shard file names")
     return weight_map

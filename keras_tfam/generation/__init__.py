@@ -6,20 +6,16 @@ any `DecodingModel` (the declared protocol, `keras_tfam.generation.protocol`:
 `vocabulary_size`, `max_length`, and capabilities such as
 `sliding_window_cache`): prompt packing and checks, the compiled
 `keras.ops.while_loop`, cache growth, the sliding window past the model's
-context, sampling or beam search. Backend-neutral (`keras.ops` only).
+context, sampling or beam search. Backend-neutral (`keras.ops` only); the
+engine a decoding call enters (`keras_tfam.engine`) decides the form of its
+products. The loop's parts (`decoding.decode`, `decoding.plan_decoding`,
+`prompts.pack_prompts`, ...) stay in their modules.
 """
 
-from keras_tfam.generation.decoding import DecodePlan, decode, plan_decoding
-from keras_tfam.generation.protocol import DecodeStep, DecodingModel, DecodingWrapper, check_protocol
-from keras_tfam.generation.generator import (
-    GenerationMixin,
-    Generator,
-    generate_graph,
-    resolve_window,
-    windowed_logits,
-)
+from keras_tfam.generation.generator import GenerationMixin, Generator, generate_graph, windowed_logits
 from keras_tfam.generation.precision import with_dtype
-from keras_tfam.generation.prompts import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
+from keras_tfam.generation.prompts import prompt_checks
+from keras_tfam.generation.protocol import DecodeStep, DecodingModel, DecodingWrapper, check_protocol
 from keras_tfam.generation.samplers import (
     SAMPLERS,
     GreedySampler,
@@ -30,11 +26,10 @@ from keras_tfam.generation.samplers import (
     TopPSampler,
     get_sampler,
 )
-from keras_tfam.generation.search import BeamSearch, Sampling, get_search
+from keras_tfam.generation.search import BeamSearch, Sampling
 
 __all__ = [
     "BeamSearch",
-    "DecodePlan",
     "DecodeStep",
     "DecodingModel",
     "DecodingWrapper",
@@ -48,17 +43,10 @@ __all__ = [
     "TensorSampler",
     "TopKSampler",
     "TopPSampler",
-    "as_padded_prompts",
     "check_protocol",
-    "decode",
     "generate_graph",
     "get_sampler",
-    "get_search",
-    "pack_prompts",
-    "plan_decoding",
     "prompt_checks",
-    "raise_failed_checks",
-    "resolve_window",
     "windowed_logits",
     "with_dtype",
 ]

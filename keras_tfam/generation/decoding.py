@@ -21,7 +21,9 @@ How the model sees its context is decided before the loop (`DecodePlan`):
   `window` tokens at positions `0 .. window - 1` (nanoGPT's crop).
 
 Everything is `keras.ops`, so the same function runs compiled with XLA, in
-`jax.jit`, or inside an exported TensorFlow graph with dynamic shapes.
+`jax.jit`, or inside an exported TensorFlow graph with dynamic shapes. The
+loop runs inside the engine the caller entered (`keras_tfam.engine`), which
+may prepare loop invariants before it (`Engine.loop`).
 """
 
 import dataclasses
@@ -30,15 +32,14 @@ from typing import Optional, Tuple
 import keras
 from keras import ops
 
+from keras_tfam.engine import current_engine
 from keras_tfam.generation.samplers import step_key
-from keras_tfam.utils import kernels_as_rows
 
 MODES = ("full", "ring", "re-encode")
 # Caches of static buffers from this many positions start at half the buffer
 # and grow once: attention reads every slot, so without it a step early in a
-# long buffer costs as much as the last one (8-15% of the decoding time saved
-# at 256-512 positions). Each segment is one more compiled loop body (~1 s of
-# compilation here); finer segments saved ~1% more for 2-3 s.
+# long buffer costs as much as the last one. Each segment is one more compiled
+# loop body to compile.
 _SEGMENTED_FROM = 256
 
 
@@ -91,7 +92,7 @@ def plan_decoding(model, buffer_length=None, shortest_prompt=None, window=None):
     return DecodePlan("re-encode", window, prefill)
 
 
-def _variables(model):
+def decoding_variables(model):
     """The variables a decoding model computes with: its own, or, for a wrapper that is no Keras layer, those
     of the model it wraps (`DecodingWrapper.wrapped`)."""
     while not hasattr(model, "variables") and getattr(model, "wrapped", None) is not None:
@@ -99,8 +100,9 @@ def _variables(model):
     return list(getattr(model, "variables", ()))
 
 
-def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id, plan,
-           cache_inputs=None):
+def decode(
+    model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id, plan, cache_inputs=None
+):
     """Fills `tokens` position by position after each row's prompt.
 
     Args:
@@ -203,8 +205,8 @@ def decode(model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_tok
 
     done = ops.zeros((rows,), "bool")
     state = search.init_state(batch)
-    # Layers that multiply a few rows by their kernels read them transposed, copied once here, outside the loop.
-    with kernels_as_rows(_variables(model), rows):
+    # The entered engine may prepare loop invariants here, once, outside the loop.
+    with current_engine().loop():
         for i, (end, step) in enumerate(segments):
             if i and plan.mode == "full":
                 cache = model.resize_cache(cache, end)

@@ -9,13 +9,15 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.generation.decoding import decode, plan_decoding
-from keras_tfam.generation.protocol import DecodingModel, check_protocol
+from keras_tfam.engine import PLAIN, Engine
+from keras_tfam.generation.decoding import decode, decoding_variables, plan_decoding
 from keras_tfam.generation.prompts import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
+from keras_tfam.generation.protocol import DecodingModel, check_protocol
 from keras_tfam.generation.search import get_search
-from keras_tfam.utils import check_positive_int, is_integer
+from keras_tfam.utils import check_positive_int, is_integer, static_dim
 
 OVERFLOWS = ("slide", "error")
+ENGINES = ("auto", "plain")
 # Compiled decoding loops a generator keeps (the least recently used goes first).
 MAX_COMPILED_LOOPS = 8
 
@@ -68,20 +70,38 @@ def resolve_window(model, window=None, overflow="slide", prompt_length=None, max
     return window
 
 
-def compile_function(fn, model, jit_compile=True):
+def resolve_engine(engine="auto"):
+    """The engine a decoding call enters (`keras_tfam.engine`): an `Engine` as it is, `"plain"` (Keras' own
+    computation), or `"auto"`: the XLA-CPU engine on TensorFlow and JAX when every device is a CPU, else plain.
+    """
+    if isinstance(engine, Engine):
+        return engine
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ValueError(
+            f"`engine` must be one of {ENGINES} or a keras_tfam.engine.Engine. Received: engine={engine!r}"
+        )
+    if engine == "auto":
+        from keras_tfam.engine.xla_cpu import XLA_CPU
+
+        return XLA_CPU if XLA_CPU.runs_here() else PLAIN
+    return PLAIN
+
+
+def compile_function(fn, model, jit_compile=True, engine=PLAIN):
     """`fn` compiled for the running Keras backend, reading the model's current weights.
 
     The one place that touches a backend's compiler: `tf.function` (XLA
-    with `jit_compile`) on TensorFlow; `jax.jit` on JAX, with the model's
-    variables passed in as arguments (a stateless call), so the compiled
-    function sees the weights of the moment it is called; eager under
-    `torch.no_grad` on PyTorch.
+    with `jit_compile`) on TensorFlow; `jax.jit` on JAX (`engine.jax_jit`,
+    with the engine's compiler options), with the model's variables passed
+    in as arguments (a stateless call), so the compiled function sees the
+    weights of the moment it is called; eager under `torch.no_grad` on
+    PyTorch. `fn` enters the engine itself.
     """
     backend = keras.config.backend()
     if backend == "tensorflow":
         import tensorflow as tf  # the backend Keras already runs on
 
-        # No autograph: the loop is backend-neutral (keras.ops control flow), and converting it cost ~2 s.
+        # No autograph: the loop is backend-neutral (keras.ops control flow), and converting it takes long.
         return tf.function(fn, jit_compile=jit_compile, autograph=False)
     if backend == "jax":
         variables = list(getattr(model, "variables", []))
@@ -90,7 +110,7 @@ def compile_function(fn, model, jit_compile=True):
             with keras.StatelessScope(state_mapping=list(zip(variables, values))):
                 return fn(*args)
 
-        compiled = _jax_jit(stateless) if jit_compile else stateless
+        compiled = engine.jax_jit(stateless) if jit_compile else stateless
         return lambda *args: compiled([variable.value for variable in variables], *args)
     if backend == "torch":
         import torch
@@ -101,38 +121,6 @@ def compile_function(fn, model, jit_compile=True):
 
         return no_grad
     return fn
-
-
-# XLA's CPU backend in recent jaxlibs hands reductions and dots to YNNPACK ("YNN fusions"). For the
-# attention of one decoded token over its cache (a multiply-reduce over the cached positions) that
-# took 28 of a 55 ms GPT-2 small step on a 2-core Xeon; without YNN fusions the whole step takes about
-# 30 ms (BENCHMARKS.md, "One-row products"). An empty list turns them off for the decoding loop only.
-_JAX_CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
-
-
-def _jax_jit(fn):
-    """`jax.jit(fn)`, with `_JAX_CPU_OPTIONS` on a CPU where this JAX and its XLA know them."""
-    import jax
-
-    plain = jax.jit(fn)
-    if jax.default_backend() != "cpu":
-        return plain
-    try:
-        tuned = jax.jit(fn, compiler_options=_JAX_CPU_OPTIONS)
-    except TypeError:  # a JAX without per-function compiler options
-        return plain
-    chosen = [tuned]
-
-    def call(*args):
-        try:
-            return chosen[0](*args)
-        except jax.errors.JaxRuntimeError as error:  # an XLA without the option: compile without it
-            if chosen[0] is plain or next(iter(_JAX_CPU_OPTIONS)) not in str(error):
-                raise
-            chosen[0] = plain
-            return plain(*args)
-
-    return call
 
 
 class Generator:
@@ -181,6 +169,7 @@ class Generator:
         overflow="slide",
         jit_compile=True,
         cache_inputs=None,
+        engine="auto",
     ):
         """Generates up to `max_new_tokens` tokens after each prompt.
 
@@ -206,6 +195,10 @@ class Generator:
             jit_compile: compile the loop with XLA (TensorFlow, JAX).
             cache_inputs: dict of `(B, ...)` arrays for `model.init_cache`
                 (an encoder-decoder model's source).
+            engine: how the layers compute in the decoding loop
+                (`keras_tfam.engine`): `"auto"` (the XLA-CPU engine on
+                TensorFlow and JAX when every device is a CPU, else plain),
+                `"plain"` (Keras' own computation) or an `Engine`.
 
         Returns:
             `(B, T + max_new_tokens)` int32 NumPy array: each prompt, then its
@@ -213,6 +206,7 @@ class Generator:
             end).
         """
         model = self.model
+        engine = resolve_engine(engine)
         search = get_search(sampler, beam_size, length_penalty)
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         vocabulary = output_vocabulary_size(model)
@@ -255,32 +249,48 @@ class Generator:
                     f"`cache_inputs[{name!r}]` must have one row per prompt ({len(lengths)}). "
                     f"Received: shape={value.shape}"
                 )
-        function = self._function(search, plan, bucket, pad_token_id, jit_compile, names)
+        function = self._function(search, plan, bucket, pad_token_id, jit_compile, names, engine)
         tokens = function(padded, lengths, np.asarray(max_new_tokens, np.int32), seed, stop, *values)
         return ops.convert_to_numpy(tokens)[:, : padded.shape[1] + max_new_tokens]
 
-    def _function(self, search, plan, width, pad_token_id, jit_compile, names):
+    def _function(self, search, plan, width, pad_token_id, jit_compile, names, engine):
         """The compiled loop over a buffer of `width` new positions (kept: the last `MAX_COMPILED_LOOPS` used).
 
         Keyed by the model's variables too: a loop traced before `quantize`
         or `enable_lora` changed them would compute with the old weights.
         """
-        key = (search.cache_key(), plan, width, pad_token_id, jit_compile, names, weights_form(self.model))
+        key = (search.cache_key(), plan, width, pad_token_id, jit_compile, names, engine, weights_form(self.model))
         if key in self._functions:
             self._functions.move_to_end(key)
         else:
 
             def generate_fn(token_ids, lengths, max_new_tokens, seed, stop_token_ids, *values):
                 tokens = pack_prompts(token_ids, lengths, width, pad_token_id)
-                return decode(
-                    self.model, tokens, lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id,
-                    plan, dict(zip(names, values)),
-                )
+                with engine.decoding(decoding_variables(self.model), loop_rows(token_ids, search)):
+                    return decode(
+                        self.model,
+                        tokens,
+                        lengths,
+                        max_new_tokens,
+                        search,
+                        seed,
+                        stop_token_ids,
+                        pad_token_id,
+                        plan,
+                        dict(zip(names, values)),
+                    )
 
-            self._functions[key] = (search, compile_function(generate_fn, self.model, jit_compile))
+            compiled = compile_function(generate_fn, self.model, jit_compile, engine)
+            self._functions[key] = (search, compiled)
             while len(self._functions) > MAX_COMPILED_LOOPS:
                 self._functions.popitem(last=False)
         return self._functions[key][1]
+
+
+def loop_rows(token_ids, search):
+    """The rows each decoding step multiplies: prompts times beams, when the prompts' count is static."""
+    prompts = static_dim(token_ids.shape[0])
+    return None if prompts is None else prompts * search.beam_size
 
 
 def weights_form(model):
@@ -296,27 +306,40 @@ def check_token_id(name, value, vocabulary_size):
     if not is_integer(value) or not 0 <= value < vocabulary_size:
         shown = value.item() if isinstance(value, np.generic) else value
         raise ValueError(
-            f"`{name}` must hold token ids in [0, {vocabulary_size}) (the model's vocabulary). Received: {name}={shown!r}"
+            f"`{name}` must hold token ids in [0, {vocabulary_size}) (the model's vocabulary). "
+            f"Received: {name}={shown!r}"
         )
     return int(value)
 
 
-def generate_graph(model, token_ids, lengths, max_new_tokens, search, seed, stop_token_ids=None, pad_token_id=0,
-                   window=None):
+def generate_graph(
+    model,
+    token_ids,
+    lengths,
+    max_new_tokens,
+    search,
+    seed,
+    stop_token_ids=None,
+    pad_token_id=0,
+    window=None,
+    engine="auto",
+):
     """The whole generation as ops on tensors of any (dynamic) shape, unchecked.
 
     What an exported serving signature embeds: enforce `prompt_checks`
     before it (as assertions), then call this inside the traced function.
     Past the model's context the window slides (`window` defaults to its
-    `max_length`).
+    `max_length`). `engine` as for `Generator.generate`, chosen when traced.
     """
     check_protocol(model)
+    engine = resolve_engine(engine)
     window = resolve_window(model, window)
     tokens = pack_prompts(token_ids, lengths, max_new_tokens, pad_token_id)
     plan = plan_decoding(model, None, None, window)
     if stop_token_ids is None:
         stop_token_ids = ops.zeros((0,), "int32")
-    return decode(model, tokens, lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id, plan)
+    with engine.decoding(decoding_variables(model), loop_rows(token_ids, search)):
+        return decode(model, tokens, lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id, plan)
 
 
 def windowed_logits(model, token_ids, window=None, batch_size=64):

@@ -6,15 +6,12 @@ weights. A copy whose weights are bfloat16 reads half of them where the
 backend multiplies bfloat16 matrices as they are (GPUs, PyTorch's oneDNN).
 XLA's CPU backend does not: it converts bfloat16 weights to float32 for its
 products and hoists those conversions out of the compiled decoding loop, so
-the loop reads float32 copies (`BENCHMARKS.md`, "One-row products"). Where
-it pays on the CPU (`keras_tfam.cpu.bfloat16_rows_pay`: AVX2 without
-AVX-512, or 512-bit vectors), TensorFlow's loop multiplies one sequence's
-rows by the bfloat16 weights as their 16 bits, widened inside the product
-(`keras_tfam.layers.Dense`, `TiedEmbedding`): GPT-2 small decodes 1.5x
-faster than float32 at batch 1 on a 2-core AVX2 EPYC; elsewhere a bfloat16
-copy decodes about as fast as float32. Norm
-statistics, attention softmax and logits stay float32 inside the layers (as
-under mixed precision), so only the products see reduced precision.
+the loop reads float32 copies. Where it pays on the CPU
+(`keras_tfam.cpu.bfloat16_rows_pay`), the XLA-CPU engine's loop
+(`keras_tfam.engine.xla_cpu`) multiplies one sequence's rows by the bfloat16
+weights as their 16 bits, widened inside the product. Norm statistics,
+attention softmax and logits stay float32 inside the layers (as under mixed
+precision), so only the products see reduced precision.
 """
 
 import keras

@@ -38,65 +38,58 @@ from keras_tfam.layers.perceiver.perceiver_decoder import PerceiverDecoder
 from keras_tfam.layers.perceiver.perceiver_encoder import PerceiverEncoder
 from keras_tfam.layers.position.adaptive_span import AdaptiveSpan, span_mask
 from keras_tfam.layers.position.alibi_bias import ALiBiBias, alibi_slopes
-from keras_tfam.layers.set.isab import ISAB
-from keras_tfam.layers.set.mab import MAB
-from keras_tfam.layers.set.pma import PMA
-from keras_tfam.layers.set.sab import SAB
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme, HeadsPositionScheme
 from keras_tfam.layers.position.composed_position import ComposedPosition
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
-from keras_tfam.layers.position.relative_position_bias import (
-    RelativePositionBias,
-    relative_position_buckets,
-)
+from keras_tfam.layers.position.relative_position_bias import RelativePositionBias, relative_position_buckets
 from keras_tfam.layers.position.rotary_embedding import RotaryEmbedding
 from keras_tfam.layers.position.shaw_relative_position import ShawRelativePosition
 from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition, sinusoid_encoding
+from keras_tfam.layers.set.isab import ISAB
+from keras_tfam.layers.set.mab import MAB
+from keras_tfam.layers.set.pma import PMA
+from keras_tfam.layers.set.sab import SAB
 
 __all__ = [
-    "ALiBiBias",
-    "AdaptiveSpan",
-    "ComposedPosition",
-    "HeadsPositionScheme",
-    "AdaptiveComputationTime",
-    "BaseAttention",
-    "CosineAttention",
-    "Dense",
-    "DistanceAwareAttention",
-    "MemorizingAttention",
-    "UniversalTransformer",
-    "distance_rescale",
-    "CrossAttentionBlock",
-    "PerceiverDecoder",
-    "PerceiverEncoder",
     "ISAB",
     "MAB",
     "PMA",
     "SAB",
+    "ALiBiBias",
+    "AdaptiveComputationTime",
+    "AdaptiveSpan",
     "AttentionPositionScheme",
+    "BaseAttention",
+    "ComposedPosition",
     "CompressiveMemory",
-    "FeedForward",
-    "GRUGate",
-    "LinearAttention",
-    "MultiHeadAttention",
-    # Efficient attention (issue 13).
+    "CosineAttention",
+    "CrossAttentionBlock",
+    "Dense",
+    "DistanceAwareAttention",
     "EluFeatureMap",
     "FeatureMap",
-    "LinformerAttention",
+    "FeedForward",
+    "GRUGate",
+    "HeadsPositionScheme",
     "LSHAttention",
+    "LinearAttention",
+    "LinformerAttention",
+    "MemorizingAttention",
+    "MultiHeadAttention",
+    "PerceiverDecoder",
+    "PerceiverEncoder",
     "PerformerAttention",
+    "PositionEmbedding",
     "PositiveRandomFeatures",
+    "RMSNorm",
     "RandomFeatureAttention",
     "RandomFeatureMap",
+    "RelativePositionBias",
     "ReversibleBlock",
     "ReversibleStack",
-    "RoutingAttention",
-    "TrigonometricRandomFeatures",
-    "PositionEmbedding",
-    "RMSNorm",
-    "RelativePositionBias",
     "RotaryEmbedding",
+    "RoutingAttention",
     "ScaleNorm",
     "ShawRelativePosition",
     "SinusoidalPositionEncoding",
@@ -105,7 +98,10 @@ __all__ = [
     "TransformerEncoderBlock",
     "TransformerXLBlock",
     "TransformerXLPosition",
+    "TrigonometricRandomFeatures",
+    "UniversalTransformer",
     "alibi_slopes",
+    "distance_rescale",
     "get_norm",
     "relative_position_buckets",
     "sinusoid_encoding",

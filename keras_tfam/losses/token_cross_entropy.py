@@ -2,7 +2,6 @@
 
 import keras
 from keras import ops
-from keras.src.backend import set_keras_mask  # what Keras' own losses mark ignored positions with
 
 from keras_tfam.utils import is_integer
 
@@ -18,16 +17,15 @@ class TokenCrossEntropy(keras.losses.Loss):
     step: no log-softmax copy is kept for the backward pass, and the gradient
     `softmax(logits) - one_hot(target)` is written once, in the logits' own
     dtype. Compiled by XLA, the forward pass reads the logits twice (their
-    maximum, then the sum of exponentials) and the backward pass once. On an
-    H200, GPT-2 small at 32 x 1,024 tokens (`benchmarks/gpu_step_profile.py`):
-    61.8 ms a step against 62.8 ms with Keras' loss, 4.0 against 5.2 ms of it
-    in the loss's own kernels.
+    maximum, then the sum of exponentials) and the backward pass once.
 
     Masks and sample weights are applied by `keras.losses.Loss` as usual (a
     padded position weighs 0). Positions whose target is `ignore_class` (as
     in Keras' sparse cross-entropy; -100 in Hugging Face's labels) count for
     nothing: their loss and gradient are 0 and the mean is over the other
-    positions. Any other target outside `[0, V)` makes the loss NaN, so a
+    positions (they enter as sample weights, the way Keras weighs a mask; on
+    logits that carry a Keras mask as well, the two weights multiply). Any
+    other target outside `[0, V)` makes the loss NaN, so a
     wrong vocabulary size shows in the first step instead of training on
     a clamped index.
 
@@ -58,25 +56,43 @@ class TokenCrossEntropy(keras.losses.Loss):
 
     def __init__(self, name="token_cross_entropy", reduction="sum_over_batch_size", dtype=None, ignore_class=None):
         if ignore_class is not None and not is_integer(ignore_class):
-            raise ValueError(f"`ignore_class` must be an int target id or None. Received: ignore_class={ignore_class!r}")
+            raise ValueError(
+                f"`ignore_class` must be an int target id or None. Received: ignore_class={ignore_class!r}"
+            )
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.ignore_class = None if ignore_class is None else int(ignore_class)
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if self.ignore_class is None:
+            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        # The weights Keras gives a mask (`keras.losses.Loss`): a mean is over the valid positions only.
+        valid = ops.cast(ops.not_equal(_targets(y_true, y_pred), self.ignore_class), "float32")
+        if self.reduction in ("mean", "sum_over_batch_size"):
+            valid = valid * ops.divide_no_nan(ops.cast(ops.size(valid), "float32"), ops.sum(valid))
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, "float32")
+            if len(sample_weight.shape) == len(valid.shape) + 1:
+                sample_weight = ops.squeeze(sample_weight, axis=-1)
+            valid = sample_weight * valid
+        return super().__call__(y_true, y_pred, sample_weight=valid)
+
     def call(self, y_true, y_pred):
-        targets = ops.cast(y_true, "int32")
-        if len(targets.shape) == len(y_pred.shape):
-            targets = ops.squeeze(targets, axis=-1)
+        targets = _targets(y_true, y_pred)
         if self.ignore_class is None:
             return _token_cross_entropy(y_pred, targets)
-        # As Keras' sparse cross-entropy: the ignored positions get loss 0 and a mask, which
-        # `keras.losses.Loss` turns into weights, so the mean is over the other positions.
         valid = ops.not_equal(targets, self.ignore_class)
-        losses = ops.where(valid, _token_cross_entropy(y_pred, ops.where(valid, targets, 0)), 0.0)
-        set_keras_mask(losses, valid)
-        return losses
+        return ops.where(valid, _token_cross_entropy(y_pred, ops.where(valid, targets, 0)), 0.0)
 
     def get_config(self):
         return {"name": self.name, "reduction": self.reduction, "dtype": self.dtype, "ignore_class": self.ignore_class}
+
+
+def _targets(y_true, y_pred):
+    """Int32 targets `(B, T)`, from `(B, T)` or `(B, T, 1)`."""
+    targets = ops.cast(y_true, "int32")
+    if len(targets.shape) == len(y_pred.shape):
+        targets = ops.squeeze(targets, axis=-1)
+    return targets
 
 
 @ops.custom_gradient

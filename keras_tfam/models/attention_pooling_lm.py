@@ -3,13 +3,13 @@
 import keras
 from keras import ops
 
-from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep
 from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.set.pma import PMA
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.utils import base_model_config, check_positive_int
 
 
@@ -22,7 +22,7 @@ class AttentionPoolingLM(GenerationMixin, FunctionalModel):
     one learned query attends over the window (`PMA` with one seed, Lee et
     al. 2019), a final LayerNorm and the vocabulary projection through the
     tied embedding. One prediction per window, where a causal decoder makes
-    one per position: the comparison with GPT-2 is in `BENCHMARKS.md`.
+    one per position.
 
     Args:
         vocabulary_size: number of token ids.
@@ -59,8 +59,11 @@ class AttentionPoolingLM(GenerationMixin, FunctionalModel):
         **kwargs,
     ):
         for name, value in (
-            ("vocabulary_size", vocabulary_size), ("context_length", context_length), ("num_layers", num_layers),
-            ("num_heads", num_heads), ("hidden_dim", hidden_dim),
+            ("vocabulary_size", vocabulary_size),
+            ("context_length", context_length),
+            ("num_layers", num_layers),
+            ("num_heads", num_heads),
+            ("hidden_dim", hidden_dim),
         ):
             check_positive_int(name, value)
         intermediate_dim = intermediate_dim or 4 * hidden_dim
@@ -68,12 +71,20 @@ class AttentionPoolingLM(GenerationMixin, FunctionalModel):
         self.token_embedding = TiedEmbedding(
             vocabulary_size, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
         )
-        self.position_embedding = PositionEmbedding(context_length, initializer=initializer, dtype=dtype, name="position_embedding")
+        self.position_embedding = PositionEmbedding(
+            context_length, initializer=initializer, dtype=dtype, name="position_embedding"
+        )
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embedding_dropout")
         self.encoder_blocks = [
             TransformerEncoderBlock(
-                num_heads, intermediate_dim, norm_position="pre", dropout=dropout, activation="gelu_tanh",
-                kernel_initializer=initializer, dtype=dtype, name=f"encoder_block_{i}",
+                num_heads,
+                intermediate_dim,
+                norm_position="pre",
+                dropout=dropout,
+                activation="gelu_tanh",
+                kernel_initializer=initializer,
+                dtype=dtype,
+                name=f"encoder_block_{i}",
             )
             for i in range(num_layers)
         ]
@@ -141,4 +152,3 @@ class AttentionPoolingLM(GenerationMixin, FunctionalModel):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
-

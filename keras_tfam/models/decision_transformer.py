@@ -4,8 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
 _INPUTS = ("returns_to_go", "states", "actions", "timesteps")
@@ -92,8 +92,8 @@ class DecisionTransformer(FunctionalModel):
             raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
         if not _is_real(return_scale) or not 0 < return_scale < float("inf"):
             raise ValueError(f"`return_scale` must be positive and finite. Received: return_scale={return_scale!r}")
-        intermediate_dim = 4 * hidden_dim if intermediate_dim is None else check_positive_int(
-            "intermediate_dim", intermediate_dim
+        intermediate_dim = (
+            4 * hidden_dim if intermediate_dim is None else check_positive_int("intermediate_dim", intermediate_dim)
         )
         dtype = kwargs.pop("dtype", None)
         initializer = keras.initializers.RandomNormal(stddev=0.02)
@@ -181,8 +181,10 @@ class DecisionTransformer(FunctionalModel):
         Checked when the values are known (eager calls); a traced call gives
         NaN logits for such a trajectory instead.
         """
-        for name, limit, size in (("actions", "num_actions", self.num_actions),
-                                  ("timesteps", "max_timestep", self.max_timestep)):
+        for name, limit, size in (
+            ("actions", "num_actions", self.num_actions),
+            ("timesteps", "max_timestep", self.max_timestep),
+        ):
             try:
                 ids = ops.convert_to_numpy(inputs[name])
             except Exception:  # symbolic or traced: no values yet
@@ -193,8 +195,8 @@ class DecisionTransformer(FunctionalModel):
             if np.any(bad):
                 where = tuple(int(i) for i in np.argwhere(bad)[0])
                 raise ValueError(
-                    f"`{name}` must be integers in [0, {size}) ({limit}={size}). Received: {name}={ids[where].item()!r} "
-                    f"at index {where}"
+                    f"`{name}` must be integers in [0, {size}) ({limit}={size}). "
+                    f"Received: {name}={ids[where].item()!r} at index {where}"
                 )
 
     def _check_trajectory(self, inputs):

@@ -5,30 +5,32 @@ import math
 import keras
 from keras import ops
 
-from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep
 from keras_tfam.layers.attention.patterns.registry import get_pattern
 from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
-from keras_tfam.layers.attention.registry import ATTENTIONS, make_attention
+from keras_tfam.layers.attention.registry import attention_kinds, make_attention
 from keras_tfam.layers.blocks.feed_forward import ACTIVATIONS
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_tfam.layers.core.dense import Dense
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
-from keras_tfam.layers.normalization.get_norm import NORMS, check_norm, get_norm
+from keras_tfam.layers.normalization.get_norm import NORMS, get_norm
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.registry import ATTENTION_POSITIONS, make_attention_position
 from keras_tfam.models.checkpoint_loaders import checkpoint_loader
-from keras_tfam.models.preset_directory import is_preset_directory, load_preset
+from keras_tfam.models.decoder_layout_map import decoder_layout_map
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
-from keras_tfam.utils import base_model_config, check_positive_int, check_real, head_size
+from keras_tfam.models.local_layers import LOCAL_LAYERS, local_layer_indices
+from keras_tfam.models.option import Option, check_options, option_config
+from keras_tfam.models.preset_directory import is_preset_directory, load_preset
+from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
-# Learned positions are added to the embeddings; "none" has no positions
-# (causal attention alone tells them apart); the rest act inside attention.
-POSITIONS = ("learned", "none", *ATTENTION_POSITIONS)
-# Which layers are local (sliding-window) when `local_window` is set: the odd
-# ones alternate with dense layers starting dense (GPT-3, GPT-Neo).
-LOCAL_LAYERS = ("odd", "even", "all")
+
+def positions():
+    """The `position` option's values, read now: learned positions added to the embeddings, `"none"` (causal
+    attention alone tells positions apart), and the schemes inside attention."""
+    return ("learned", "none", *ATTENTION_POSITIONS)
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -55,11 +57,11 @@ class DecoderLM(GenerationMixin, FunctionalModel):
     `keras_tfam.models.from_huggingface` builds them from checkpoints.
 
     The core library's options are one argument away: `position`
-    (`POSITIONS`: `"learned"`, `"none"`, or a scheme inside attention,
+    (`positions()`: `"learned"`, `"none"`, or a scheme inside attention,
     `"rotary"`, `"alibi"`, `"relative"`), `norm` (`"layer"`, `"rms"`,
     `"scale"`), `activation` (`"gelu_tanh"`, `"swiglu"`, ...),
     `num_key_value_heads` (grouped-query attention), `attention` (a kind
-    registered in `keras_tfam.layers.attention.registry.ATTENTIONS`, with
+    registered with `keras_tfam.layers.attention.registry.register_attention`, with
     its own `attention_options`), local layers (`local_window`). The same
     code path trains, generates and exports every variant.
 
@@ -129,30 +131,30 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         (1, 22)
     """
 
-    # The constructor arguments a training config may set, with their type or
-    # their closed set of values: what `tfam train` offers as flags.
+    # The constructor arguments a training config may set: what the constructor checks, `get_config`
+    # lists, presets take and `tfam train` offers as flags. Registries are read at each check.
     OPTIONS = {
-        "num_layers": int,
-        "num_heads": int,
-        "hidden_dim": int,
-        "head_dim": int,
-        "intermediate_dim": int,
-        "max_sequence_length": int,
-        "context_length": int,
-        "position": POSITIONS,
-        "position_options": dict,
-        "norm": NORMS,
-        "activation": ACTIVATIONS,
-        "num_key_value_heads": int,
-        "attention": tuple(ATTENTIONS),
-        "attention_options": dict,
-        "local_window": int,
-        "local_layers": LOCAL_LAYERS,
-        "dropout": float,
-        "norm_epsilon": float,
-        "use_bias": bool,
-        "tie_embeddings": bool,
-        "embedding_scale": float,
+        "num_layers": Option(int),
+        "num_heads": Option(int),
+        "hidden_dim": Option(int),
+        "head_dim": Option(int, optional=True),
+        "intermediate_dim": Option(int, optional=True),
+        "max_sequence_length": Option(int),
+        "context_length": Option(int, optional=True),
+        "position": Option(str, choices=positions),
+        "position_options": Option(dict, optional=True),
+        "norm": Option(str, choices=NORMS),
+        "activation": Option(str, choices=ACTIVATIONS),
+        "num_key_value_heads": Option(int, optional=True),
+        "attention": Option(str, choices=lambda: tuple(attention_kinds(decoder=True))),
+        "attention_options": Option(dict, optional=True),
+        "local_window": Option(int, optional=True),
+        "local_layers": Option(str, choices=LOCAL_LAYERS, indices=True),
+        "dropout": Option(float, allowed="in [0, 1)", condition=lambda rate: 0.0 <= rate < 1.0),
+        "norm_epsilon": Option(float, allowed="> 0", condition=lambda epsilon: epsilon > 0.0),
+        "use_bias": Option(bool),
+        "tie_embeddings": Option(bool),
+        "embedding_scale": Option(float, allowed="> 0", condition=lambda scale: scale > 0.0, optional=True),
     }
 
     def __init__(
@@ -182,147 +184,107 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         dtype=None,
         **kwargs,
     ):
-        vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
-        num_layers = check_positive_int("num_layers", num_layers)
-        num_heads = check_positive_int("num_heads", num_heads)
-        hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
-        if intermediate_dim is not None:
-            intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
-        if num_key_value_heads is not None:
-            num_key_value_heads = check_positive_int("num_key_value_heads", num_key_value_heads)
-        if local_window is not None:
-            local_window = check_positive_int("local_window", local_window)
-        dropout = check_real("dropout", dropout, "in [0, 1)", lambda rate: 0.0 <= rate < 1.0)
-        norm_epsilon = check_real("norm_epsilon", norm_epsilon, "> 0", lambda epsilon: epsilon > 0.0)
-        if head_dim is None:
-            head_dim = head_size("hidden_dim", hidden_dim, num_heads)
-        head_dim = check_positive_int("head_dim", head_dim)
-        if embedding_scale is not None:
-            embedding_scale = check_real("embedding_scale", embedding_scale, "> 0", lambda scale: scale > 0.0)
-        if not isinstance(tie_embeddings, bool):
-            raise ValueError(f"`tie_embeddings` must be True or False. Received: tie_embeddings={tie_embeddings!r}")
-        position_options = dict(position_options or {})
-        if position_options and position in ("learned", "none"):
+        # === Config === (plain attributes before the functional graph; see `FunctionalModel`)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        for name, value in check_options(self.OPTIONS, locals()).items():
+            setattr(self, name, value)
+        self.head_dim = self.head_dim or head_size("hidden_dim", self.hidden_dim, self.num_heads)
+        self.intermediate_dim = self.intermediate_dim or 4 * self.hidden_dim
+        self.num_key_value_heads = self.num_key_value_heads or self.num_heads
+        self.position_options = dict(self.position_options or {})
+        self.attention_options = dict(self.attention_options or {})
+        if self.position_options and self.position in ("learned", "none"):
             raise ValueError(
-                f"`position_options` configure a scheme inside attention; position={position!r} takes none. "
-                f"Received: position_options={position_options!r}"
+                f"`position_options` configure a scheme inside attention; position={self.position!r} takes none. "
+                f"Received: position_options={self.position_options!r}"
             )
-        if position not in POSITIONS:
-            raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
-        if context_length is not None:
-            context_length = check_positive_int("context_length", context_length)
-            if position == "learned" and context_length > max_sequence_length:
-                raise ValueError(
-                    f"`context_length` cannot exceed the {max_sequence_length} learned positions "
-                    f"(max_sequence_length). Received: context_length={context_length}"
-                )
-        check_norm(norm)
-        if attention not in ATTENTIONS:
-            raise ValueError(f"`attention` must be one of {tuple(ATTENTIONS)}. Received: attention={attention!r}")
-        attention_options = dict(attention_options or {})
-        pattern = get_pattern(attention_options.get("pattern"))
+        if self.position == "learned" and (self.context_length or 0) > self.max_sequence_length:
+            raise ValueError(
+                f"`context_length` cannot exceed the {self.max_sequence_length} learned positions "
+                f"(max_sequence_length). Received: context_length={self.context_length}"
+            )
+        pattern = get_pattern(self.attention_options.get("pattern"))
         if pattern is not None and pattern.depends_on_length:
             raise ValueError(
                 "A decoder's pattern must not depend on the sequence's length (it decodes causally): use the causal "
                 f"form (e.g. BigBird(causal=True)). Received: attention_options={{'pattern': {pattern!r}}}"
             )
-        local = local_layer_indices(local_window, local_layers, num_layers)
-        intermediate_dim = intermediate_dim or 4 * hidden_dim
+        local = local_layer_indices(self.local_window, self.local_layers, self.num_layers)
         initializer = keras.initializers.RandomNormal(stddev=0.02)
-        residual_initializer = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * num_layers))
+        residual_initializer = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * self.num_layers))
 
         # === Layers ===
         self.token_embedding = TiedEmbedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
+            self.vocabulary_size,
+            self.hidden_dim,
+            embeddings_initializer=initializer,
+            dtype=dtype,
+            name="token_embedding",
         )
         self.position_embedding = None
-        if position == "learned":
+        if self.position == "learned":
             self.position_embedding = PositionEmbedding(
-                max_sequence_length,
+                self.max_sequence_length,
                 initializer=keras.initializers.RandomNormal(stddev=0.01),
                 dtype=dtype,
                 name="position_embedding",
             )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        self.embeddings_dropout = keras.layers.Dropout(self.dropout, dtype=dtype, name="embeddings_dropout")
 
         def self_attention(i):
-            pattern = {"pattern": SlidingWindow(local_window)} if i in local else {}
+            pattern = {"pattern": SlidingWindow(self.local_window)} if i in local else {}
+            position = None
+            if self.position not in ("learned", "none"):
+                position = make_attention_position(self.position, self.num_heads, self.position_options)
             return make_attention(
-                attention,
-                num_heads,
-                head_dim,
-                attention_options,
-                num_key_value_heads=num_key_value_heads,
-                use_bias=use_bias,
-                dropout=dropout,
-                position=None
-                if position in ("learned", "none")
-                else make_attention_position(position, num_heads, position_options),
+                self.attention,
+                self.num_heads,
+                self.head_dim,
+                self.attention_options,
+                num_key_value_heads=self.num_key_value_heads,
+                use_bias=self.use_bias,
+                dropout=self.dropout,
+                position=position,
                 kernel_initializer=initializer,
                 output_kernel_initializer=residual_initializer,
                 dtype=dtype,
-                name=f"{attention}_attention_{i}",
+                name=f"{self.attention}_attention_{i}",
                 **pattern,
             )
 
         self.transformer_blocks = [
             TransformerDecoderBlock(
-                num_heads,
-                intermediate_dim,
-                dropout=dropout,
-                activation=activation,
-                norm=norm,
+                self.num_heads,
+                self.intermediate_dim,
+                dropout=self.dropout,
+                activation=self.activation,
+                norm=self.norm,
                 norm_position="pre",
-                norm_epsilon=norm_epsilon,
-                use_bias=use_bias,
+                norm_epsilon=self.norm_epsilon,
+                use_bias=self.use_bias,
                 self_attention=self_attention(i),
                 kernel_initializer=initializer,
                 output_kernel_initializer=residual_initializer,
                 dtype=dtype,
                 name=f"transformer_block_{i}",
             )
-            for i in range(num_layers)
+            for i in range(self.num_layers)
         ]
-        self.final_norm = get_norm(norm, norm_epsilon, dtype=dtype, name="final_norm")
+        self.final_norm = get_norm(self.norm, self.norm_epsilon, dtype=dtype, name="final_norm")
         self.output_head = None
-        if not tie_embeddings:
+        if not self.tie_embeddings:
             # The library's `Dense`: decoding one sequence multiplies by an int8 head one byte per weight.
             self.output_head = Dense(
-                vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="output_head"
+                self.vocabulary_size, use_bias=False, kernel_initializer=initializer, dtype=dtype, name="output_head"
             )
 
         # === Functional model ===
-        self.embedding_scale = embedding_scale
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         hidden = self.embed(token_ids, 0)
         for block in self.transformer_blocks:
             hidden = block(hidden)
         logits = self.logits(self.final_norm(hidden))
         super().__init__(inputs=token_ids, outputs=logits, dtype=dtype, **kwargs)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self._head_dim = head_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self.context_length = context_length
-        self.position = position
-        self.position_options = position_options
-        self.norm = norm
-        self.activation = activation
-        self.num_key_value_heads = num_key_value_heads or num_heads
-        self.attention = attention
-        self.attention_options = attention_options
-        self.local_window = local_window
-        self.local_layers = list(local_layers) if isinstance(local_layers, (list, tuple)) else local_layers
-        self.dropout = dropout
-        self.norm_epsilon = norm_epsilon
-        self.use_bias = use_bias
-        self.tie_embeddings = tie_embeddings
 
     def embed(self, token_ids, start_index=0, training=None):
         """The input of the first block: token embeddings (plus learned positions from `start_index`), dropout."""
@@ -332,10 +294,6 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         if self.position_embedding is not None:
             x = x + self.position_embedding(x, start_index=start_index)
         return self.embeddings_dropout(x, training=training)
-
-    @property
-    def head_dim(self):
-        return self._head_dim
 
     # ------------------------------------------------------------------ generation protocol
 
@@ -433,50 +391,16 @@ class DecoderLM(GenerationMixin, FunctionalModel):
 
     @staticmethod
     def get_layout_map(device_mesh, model_parallel_dim_name="model", data_parallel_dim_name="batch"):
-        """A `keras.distribution.LayoutMap` sharding the model over `device_mesh`, as keras-hub's backbones do.
-
-        Megatron's split (Shoeybi et al. 2019) on the `model` axis: the
-        query/key/value and feed-forward input kernels by their output
-        columns, the attention output and feed-forward output kernels by
-        their input rows, the token embedding and the output head by the
-        vocabulary; the other axis of each is sharded over `batch` (the
-        weights of data-parallel replicas are split too, as keras-hub does).
-        Biases and norms are replicated. Use it with
-        `keras.distribution.ModelParallel(layout_map=..., batch_dim_name=...)`.
-
-        Args:
-            device_mesh: a `keras.distribution.DeviceMesh` with both axes.
-            model_parallel_dim_name: the mesh axis the weights are split on.
-            data_parallel_dim_name: the mesh axis the batch is split on.
+        """A `keras.distribution.LayoutMap` sharding the model over `device_mesh`, as keras-hub's backbones do:
+        Megatron's split on the `model` axis (see `keras_tfam.models.decoder_layout_map`).
 
         Examples:
             >>> devices = keras.distribution.list_devices()
             >>> mesh = keras.distribution.DeviceMesh((1, len(devices)), ["batch", "model"], devices)
-            >>> layout_map = DecoderLM.get_layout_map(mesh)
-            >>> model = DecoderLM(vocabulary_size=1000, num_layers=2, num_heads=4, hidden_dim=32)
-            >>> query = model.transformer_blocks[0].self_attention_layer.query_dense.kernel
-            >>> layout_map[query.path].axes  # (hidden, heads * head_dim): the heads split over "model"
-            ('batch', 'model')
+            >>> distribution = keras.distribution.ModelParallel(layout_map=DecoderLM.get_layout_map(mesh),
+            ...                                                 batch_dim_name="batch")
         """
-        if not isinstance(device_mesh, keras.distribution.DeviceMesh):
-            raise ValueError(
-                f"`device_mesh` must be a keras.distribution.DeviceMesh. Received: {type(device_mesh).__name__}"
-            )
-        for name in (model_parallel_dim_name, data_parallel_dim_name):
-            if name not in device_mesh.axis_names:
-                raise ValueError(
-                    f"{name!r} is not an axis of the device mesh, whose axes are {list(device_mesh.axis_names)}"
-                )
-        model, data = model_parallel_dim_name, data_parallel_dim_name
-        layout_map = keras.distribution.LayoutMap(device_mesh)
-        # Keys are regular expressions over whole variable paths (a wrapper model prefixes its backbone's).
-        layout_map[r"(.*/)?token_embedding/embeddings"] = (model, data)
-        layout_map[r"(.*/)?output_head/kernel"] = (data, model)
-        layout_map[r".*_attention_\d+/(query|key|value)/kernel"] = (data, model)
-        layout_map[r".*_attention_\d+/attention_output/kernel"] = (model, data)
-        layout_map[r".*/feed_forward/(intermediate|gate)/kernel"] = (data, model)
-        layout_map[r".*/feed_forward/output/kernel"] = (model, data)
-        return layout_map
+        return decoder_layout_map(device_mesh, model_parallel_dim_name, data_parallel_dim_name)
 
     @classmethod
     def from_keras_hub(cls, backbone, **overrides):
@@ -484,31 +408,7 @@ class DecoderLM(GenerationMixin, FunctionalModel):
         return checkpoint_loader("keras_hub_gpt2")(backbone, cls, **overrides)
 
     def get_config(self):
-        return {
-            **base_model_config(self),
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "head_dim": self.head_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "max_sequence_length": self.max_sequence_length,
-            "context_length": self.context_length,
-            "position": self.position,
-            "position_options": dict(self.position_options),
-            "norm": self.norm,
-            "activation": self.activation,
-            "num_key_value_heads": self.num_key_value_heads,
-            "attention": self.attention,
-            "attention_options": dict(self.attention_options),
-            "local_window": self.local_window,
-            "local_layers": self.local_layers,
-            "dropout": self.dropout,
-            "norm_epsilon": self.norm_epsilon,
-            "use_bias": self.use_bias,
-            "tie_embeddings": self.tie_embeddings,
-            "embedding_scale": self.embedding_scale,
-        }
+        return {**base_model_config(self), "vocabulary_size": self.vocabulary_size, **option_config(self, self.OPTIONS)}
 
     @classmethod
     def from_config(cls, config):
@@ -518,24 +418,3 @@ class DecoderLM(GenerationMixin, FunctionalModel):
             if config.get("attention") == "linear":
                 config["attention_options"] = {"feature_map": feature_map, **(config.get("attention_options") or {})}
         return cls(**config)
-
-
-def local_layer_indices(local_window, local_layers, num_layers):
-    """The set of local layers' indices; `ValueError` naming a bad `local_window` or `local_layers`."""
-    if local_window is None:
-        return set()
-    check_positive_int("local_window", local_window)
-    if isinstance(local_layers, (list, tuple)):
-        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in local_layers):
-            raise ValueError(
-                f"`local_layers` must list layer indices in [0, {num_layers}). Received: local_layers={local_layers!r}"
-            )
-        return set(local_layers)
-    if local_layers not in LOCAL_LAYERS:
-        raise ValueError(
-            f"`local_layers` must be one of {LOCAL_LAYERS} or a list of layer indices. "
-            f"Received: local_layers={local_layers!r}"
-        )
-    first = {"odd": 1, "even": 0, "all": 0}[local_layers]
-    step = 1 if local_layers == "all" else 2
-    return set(range(first, num_layers, step))

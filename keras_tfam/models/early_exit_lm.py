@@ -9,7 +9,6 @@ from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper
 from keras_tfam.generation.samplers import first_argmax
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
 from keras_tfam.models.decoder_lm import DecoderLM
-from keras_tfam.models.gpt2_lm import GPT2LM
 from keras_tfam.models.model_mixin import ModelMixin
 from keras_tfam.utils import base_model_config, check_positive_int
 
@@ -105,9 +104,7 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
         if confidence == "classifier":
             self.exit_classifier = keras.layers.Dense(1, dtype=backbone.dtype_policy, name="exit_classifier")
             self.exit_classifier.build((None, None, backbone.hidden_dim))
-        self.threshold_variable = keras.Variable(
-            float(threshold), dtype="float32", trainable=False, name="threshold"
-        )
+        self.threshold_variable = keras.Variable(float(threshold), dtype="float32", trainable=False, name="threshold")
         self.built = backbone.built  # every weight exists (exports need it before any call)
 
     # ------------------------------------------------------------------ threshold
@@ -186,9 +183,7 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
         cross-entropy: CALM's early-exit classifier.
         """
         if self.exit_classifier is None:
-            raise ValueError(
-                'This model has no exit classifier. Received: confidence="softmax_response"'
-            )
+            raise ValueError('This model has no exit classifier. Received: confidence="softmax_response"')
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         states = self._layer_states(token_ids)[:-1]
         probabilities = [ops.sigmoid(self.exit_classifier(self.backbone.final_norm(h)))[..., 0] for h in states]

@@ -2,9 +2,9 @@
 
 import keras
 
-from keras_tfam.models.decoder_lm import LOCAL_LAYERS, POSITIONS, DecoderLM, local_layer_indices
+from keras_tfam.models.decoder_lm import DecoderLM
 
-__all__ = ["GPT2LM", "LOCAL_LAYERS", "POSITIONS", "local_layer_indices"]
+__all__ = ["GPT2LM"]
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")

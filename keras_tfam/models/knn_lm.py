@@ -67,8 +67,10 @@ class KNNLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
                 "The datastore and the LM must share a vocabulary. Received: datastore.vocabulary_size="
                 f"{datastore.vocabulary_size}, lm.vocabulary_size={lm.vocabulary_size}"
             )
-        if isinstance(interpolation, bool) or not isinstance(interpolation, (int, float, np.number)) or not (
-            0.0 <= interpolation <= 1.0
+        if (
+            isinstance(interpolation, bool)
+            or not isinstance(interpolation, (int, float, np.number))
+            or not (0.0 <= interpolation <= 1.0)
         ):
             raise ValueError(f"`interpolation` must be in [0, 1]. Received: interpolation={interpolation!r}")
         self.lm = lm

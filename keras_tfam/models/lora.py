@@ -1,8 +1,41 @@
 """Low-rank adaptation of a model's projections (Hu et al. 2021), through Keras' own LoRA layers."""
 
+import collections
+
+import keras
+
 from keras_tfam.utils import check_positive_int
 
 DEFAULT_TARGETS = ("query", "value")
+
+
+def sublayers(layer):
+    """Every layer inside `layer` (not `layer` itself), each once, nearest first.
+
+    Keras has no public recursive walk (`Model.layers` is one level deep), so this one follows what each
+    layer holds: `Model.layers`, and the layers under its public attributes, in lists, tuples and dicts too.
+    """
+    found, seen = [], {id(layer)}
+    queue = collections.deque(_held_layers(layer))
+    while queue:
+        sublayer = queue.popleft()
+        if id(sublayer) not in seen:
+            seen.add(id(sublayer))
+            found.append(sublayer)
+            queue.extend(_held_layers(sublayer))
+    return found
+
+
+def _held_layers(layer):
+    held = list(layer.layers) if isinstance(layer, keras.Model) else []
+    values = collections.deque(value for name, value in vars(layer).items() if not name.startswith("_"))
+    while values:
+        value = values.popleft()
+        if isinstance(value, keras.layers.Layer):
+            held.append(value)
+        elif isinstance(value, (list, tuple, dict)):
+            values.extendleft(reversed(list(value.values() if isinstance(value, dict) else value)))
+    return held
 
 
 class LoraMixin:
@@ -35,9 +68,7 @@ class LoraMixin:
         """
         check_positive_int("rank", rank)
         target = (target,) if isinstance(target, str) else tuple(target)
-        layers = [
-            layer for layer in self._flatten_layers(include_self=False) if layer.name in target and hasattr(layer, "enable_lora")
-        ]
+        layers = [layer for layer in sublayers(self) if layer.name in target and hasattr(layer, "enable_lora")]
         found = {layer.name for layer in layers}
         if not target or found != set(target):
             missing = sorted(set(target) - found) or list(target)
@@ -45,7 +76,7 @@ class LoraMixin:
                 f"`target` must name layers with a LoRA form in this model (e.g. {DEFAULT_TARGETS}). "
                 f"Received: target={target!r}, no such layer: {missing}"
             )
-        for layer in self._flatten_layers(include_self=False):
+        for layer in sublayers(self):
             layer.trainable = False
         adapted = []
         for layer in layers:

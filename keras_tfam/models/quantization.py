@@ -2,6 +2,9 @@
 
 import keras
 
+from keras_tfam.keras_compat import give_own_dtype_policy
+from keras_tfam.models.lora import sublayers
+
 
 class QuantizedConfigMixin:
     """Mixed into the library's models: a `dtype` config that records quantized layers.
@@ -17,9 +20,7 @@ class QuantizedConfigMixin:
         default = self.dtype_policy
         if isinstance(default, keras.dtype_policies.DTypePolicyMap):
             default = default.default_policy
-        quantized = {
-            layer.path: layer.dtype_policy for layer in self._flatten_layers(include_self=False) if layer.quantization_mode
-        }
+        quantized = {layer.path: layer.dtype_policy for layer in sublayers(self) if layer.quantization_mode}
         if not quantized:
             return keras.dtype_policies.serialize(default)
         policy = keras.dtype_policies.DTypePolicyMap(default_policy=default)
@@ -40,7 +41,7 @@ class QuantizedConfigMixin:
         quantized model could not be saved again. Once the layers are built
         at their paths, each keeps the one policy it was built with.
         """
-        for layer in self._flatten_layers(include_self=False):
+        for layer in sublayers(self):
             policy = layer.dtype_policy
             if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.built and layer.path:
-                layer._dtype_policy = policy[layer.path]  # the public setter would write into the map
+                give_own_dtype_policy(layer, policy[layer.path])

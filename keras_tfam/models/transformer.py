@@ -6,7 +6,6 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.generation.generator import Generator
 from keras_tfam.generation.protocol import DecodeStep, DecodingModel
 from keras_tfam.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
@@ -14,6 +13,7 @@ from keras_tfam.layers.blocks.transformer_encoder_block import TransformerEncode
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.utils import base_model_config, check_positive_int
 
 
@@ -69,26 +69,41 @@ class Transformer(DecodingModel, FunctionalModel):
         **kwargs,
     ):
         for name, value in (
-            ("vocabulary_size", vocabulary_size), ("num_layers", num_layers),
-            ("num_heads", num_heads), ("hidden_dim", hidden_dim),
+            ("vocabulary_size", vocabulary_size),
+            ("num_layers", num_layers),
+            ("num_heads", num_heads),
+            ("hidden_dim", hidden_dim),
         ):
             check_positive_int(name, value)
         intermediate_dim = intermediate_dim or 4 * hidden_dim
         shared = target_vocabulary_size is None or target_vocabulary_size == vocabulary_size
         self.source_embedding = TiedEmbedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
-            dtype=dtype, name="source_embedding",
-        )
-        self.target_embedding = self.source_embedding if shared else TiedEmbedding(
-            target_vocabulary_size, hidden_dim,
+            vocabulary_size,
+            hidden_dim,
             embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
-            dtype=dtype, name="target_embedding",
+            dtype=dtype,
+            name="source_embedding",
+        )
+        self.target_embedding = (
+            self.source_embedding
+            if shared
+            else TiedEmbedding(
+                target_vocabulary_size,
+                hidden_dim,
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
+                dtype=dtype,
+                name="target_embedding",
+            )
         )
         self.position_encoding = SinusoidalPositionEncoding(dtype=dtype, name="position_encoding")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embedding_dropout")
         options = dict(
-            dropout=dropout, attention_dropout=dropout, activation=activation, norm=norm,
-            norm_position=norm_position, dtype=dtype,
+            dropout=dropout,
+            attention_dropout=dropout,
+            activation=activation,
+            norm=norm,
+            norm_position=norm_position,
+            dtype=dtype,
         )
         self.encoder_blocks = [
             TransformerEncoderBlock(num_heads, intermediate_dim, name=f"encoder_block_{i}", **options)
@@ -166,7 +181,9 @@ class Transformer(DecodingModel, FunctionalModel):
                 block.self_attention_layer.init_cache(batch_size, length, block.compute_dtype, window=window)
                 for block in self.decoder_blocks
             ),
-            "cross": tuple(block.cross_attention_layer.compute_key_value_cache(memory) for block in self.decoder_blocks),
+            "cross": tuple(
+                block.cross_attention_layer.compute_key_value_cache(memory) for block in self.decoder_blocks
+            ),
             "source_padding": ops.not_equal(source, self.pad_token_id),
         }
 
@@ -197,8 +214,16 @@ class Transformer(DecodingModel, FunctionalModel):
         return DecodeStep(self.target_embedding(x, reverse=True), {**cache, "self": tuple(updated)}, x)
 
     def generate(
-        self, source, start_token_id, stop_token_id, max_length, beam_size=1, length_penalty=0.6,
-        sampler="greedy", seed=None, jit_compile=True,
+        self,
+        source,
+        start_token_id,
+        stop_token_id,
+        max_length,
+        beam_size=1,
+        length_penalty=0.6,
+        sampler="greedy",
+        seed=None,
+        jit_compile=True,
     ):
         """Decodes each source into target ids `(B, max_length)` (after the start token).
 

@@ -11,11 +11,12 @@ from keras_tfam.layers.blocks.feed_forward import ACTIVATIONS
 from keras_tfam.layers.blocks.transformer_xl_block import RESIDUALS, TransformerXLBlock
 from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.memory.compressive_memory import COMPRESSIONS, CompressiveMemory
-from keras_tfam.layers.normalization.get_norm import NORMS, check_norm, get_norm
+from keras_tfam.layers.normalization.get_norm import NORMS, get_norm
 from keras_tfam.layers.position.adaptive_span import AdaptiveSpan
 from keras_tfam.layers.position.composed_position import ComposedPosition
 from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition
 from keras_tfam.models.model_mixin import ModelMixin
+from keras_tfam.models.option import Option, check_options, option_config
 from keras_tfam.models.preset_directory import is_preset_directory, load_preset
 from keras_tfam.models.transformer_xl_presets import TRANSFORMER_XL_PRESETS
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
@@ -88,27 +89,29 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
     stateful_stream = True
     serves_token_ids = True
 
+    # The constructor arguments a training config may set: what the constructor checks, `get_config`
+    # lists, presets take and `tfam train` offers as flags.
     OPTIONS = {
-        "num_layers": int,
-        "num_heads": int,
-        "hidden_dim": int,
-        "intermediate_dim": int,
-        "memory_length": int,
-        "context_length": int,
-        "compressed_memory_length": int,
-        "compression_rate": int,
-        "compression": COMPRESSIONS,
-        "reconstruction_weight": float,
-        "max_span": int,
-        "span_ramp": int,
-        "span_penalty": float,
-        "residual": RESIDUALS,
-        "gate_bias": float,
-        "norm": NORMS,
-        "activation": ACTIVATIONS,
-        "dropout": float,
-        "norm_epsilon": float,
-        "use_bias": bool,
+        "num_layers": Option(int),
+        "num_heads": Option(int),
+        "hidden_dim": Option(int),
+        "intermediate_dim": Option(int, optional=True),
+        "memory_length": Option(int, zero="no memory"),
+        "context_length": Option(int, optional=True),
+        "compressed_memory_length": Option(int, zero="no compressed memory"),
+        "compression_rate": Option(int),
+        "compression": Option(str, choices=COMPRESSIONS),
+        "reconstruction_weight": Option(float, allowed=">= 0", condition=lambda weight: weight >= 0.0),
+        "max_span": Option(int, optional=True),
+        "span_ramp": Option(int),
+        "span_penalty": Option(float, allowed=">= 0", condition=lambda penalty: penalty >= 0.0),
+        "residual": Option(str, choices=RESIDUALS),
+        "gate_bias": Option(float),
+        "norm": Option(str, choices=NORMS),
+        "activation": Option(str, choices=ACTIVATIONS),
+        "dropout": Option(float, allowed="in [0, 1)", condition=lambda rate: 0.0 <= rate < 1.0),
+        "norm_epsilon": Option(float, allowed="> 0", condition=lambda epsilon: epsilon > 0.0),
+        "use_bias": Option(bool),
     }
 
     def __init__(
@@ -137,96 +140,75 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        for name, value in (
-            ("vocabulary_size", vocabulary_size),
-            ("num_layers", num_layers),
-            ("num_heads", num_heads),
-            ("hidden_dim", hidden_dim),
-        ):
-            check_positive_int(name, value)
-        head_size("hidden_dim", hidden_dim, num_heads)
-        if context_length is not None:
-            check_positive_int("context_length", context_length)
-        if max_span is not None:
-            check_positive_int("max_span", max_span)
-        check_norm(norm)
-        if reconstruction_weight < 0:
-            raise ValueError(
-                f"`reconstruction_weight` must be non-negative. Received: reconstruction_weight={reconstruction_weight}"
-            )
+        vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        options = check_options(self.OPTIONS, locals())
+        head_size("hidden_dim", options["hidden_dim"], options["num_heads"])
         super().__init__(dtype=dtype, **kwargs)
-        intermediate_dim = intermediate_dim or 4 * hidden_dim
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        for name, value in options.items():
+            setattr(self, name, value)
+        self.intermediate_dim = self.intermediate_dim or 4 * self.hidden_dim
         initializer = keras.initializers.RandomNormal(stddev=0.02)
-        residual_initializer = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * num_layers))
+        residual_initializer = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * self.num_layers))
 
         # === Layers ===
         self.token_embedding = TiedEmbedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
+            vocabulary_size, self.hidden_dim, embeddings_initializer=initializer, dtype=dtype, name="token_embedding"
         )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        self.embeddings_dropout = keras.layers.Dropout(self.dropout, dtype=dtype, name="embeddings_dropout")
 
         def position(i):
-            scheme = TransformerXLPosition(num_heads, kernel_initializer=initializer, dtype=dtype, name=f"position_{i}")
-            if max_span is None:
+            scheme = TransformerXLPosition(
+                self.num_heads, kernel_initializer=initializer, dtype=dtype, name=f"position_{i}"
+            )
+            if self.max_span is None:
                 return scheme
             span = AdaptiveSpan(
-                num_heads, max_span, ramp=span_ramp, span_penalty=span_penalty, dtype=dtype, name=f"span_{i}"
+                self.num_heads,
+                self.max_span,
+                ramp=self.span_ramp,
+                span_penalty=self.span_penalty,
+                dtype=dtype,
+                name=f"span_{i}",
             )
             return ComposedPosition([scheme, span], dtype=dtype, name=f"positions_{i}")
 
         self.transformer_blocks = [
             TransformerXLBlock(
-                num_heads,
-                intermediate_dim,
-                residual=residual,
-                gate_bias=gate_bias,
-                dropout=dropout,
-                attention_dropout=dropout,
-                activation=activation,
-                norm=norm,
-                norm_epsilon=norm_epsilon,
-                use_bias=use_bias,
+                self.num_heads,
+                self.intermediate_dim,
+                residual=self.residual,
+                gate_bias=self.gate_bias,
+                dropout=self.dropout,
+                attention_dropout=self.dropout,
+                activation=self.activation,
+                norm=self.norm,
+                norm_epsilon=self.norm_epsilon,
+                use_bias=self.use_bias,
                 position=position(i),
                 kernel_initializer=initializer,
                 output_kernel_initializer=residual_initializer,
                 dtype=dtype,
                 name=f"transformer_xl_block_{i}",
             )
-            for i in range(num_layers)
+            for i in range(self.num_layers)
         ]
-        # Checks memory_length, compressed_memory_length, compression_rate, compression.
         self.memories = [
             CompressiveMemory(
-                memory_length, compressed_memory_length, compression_rate, compression,
-                kernel_initializer=initializer, dtype=dtype, name=f"memory_{i}",
+                self.memory_length,
+                self.compressed_memory_length,
+                self.compression_rate,
+                self.compression,
+                kernel_initializer=initializer,
+                dtype=dtype,
+                name=f"memory_{i}",
             )
-            for i in range(num_layers)
+            for i in range(self.num_layers)
         ]
-        self.final_norm = get_norm(norm, norm_epsilon, dtype=dtype, name="final_norm")
+        self.final_norm = get_norm(self.norm, self.norm_epsilon, dtype=dtype, name="final_norm")
         self.memory_variables = None
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.memory_length = memory_length
-        self.context_length = context_length
-        self.compressed_memory_length = compressed_memory_length
-        self.compression_rate = compression_rate
-        self.compression = compression
-        self.reconstruction_weight = reconstruction_weight
-        self.max_span = max_span
-        self.span_ramp = span_ramp
-        self.span_penalty = span_penalty
-        self.residual = residual
-        self.gate_bias = gate_bias
-        self.norm = norm
-        self.norm_epsilon = norm_epsilon
-        self.activation = activation
-        self.dropout = dropout
-        self.use_bias = use_bias
         # Every layer's weights now, whatever the batch (the generator compiles
         # with the weights of the moment); `build` adds the stream's memory.
         self._build_layers((None, None))
@@ -251,8 +233,12 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
                 self.memory_variables.append(
                     {
                         name: self.add_weight(
-                            name=f"memory_{i}_{name}", shape=tuple(value.shape), dtype=value.dtype,
-                            initializer="zeros", trainable=False, autocast=False,
+                            name=f"memory_{i}_{name}",
+                            shape=tuple(value.shape),
+                            dtype=value.dtype,
+                            initializer="zeros",
+                            trainable=False,
+                            autocast=False,
                         )
                         for name, value in name_to_value.items()
                     }
@@ -442,27 +428,4 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
     # ------------------------------------------------------------------ config
 
     def get_config(self):
-        return {
-            **base_model_config(self),
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "memory_length": self.memory_length,
-            "context_length": self.context_length,
-            "compressed_memory_length": self.compressed_memory_length,
-            "compression_rate": self.compression_rate,
-            "compression": self.compression,
-            "reconstruction_weight": self.reconstruction_weight,
-            "max_span": self.max_span,
-            "span_ramp": self.span_ramp,
-            "span_penalty": self.span_penalty,
-            "residual": self.residual,
-            "gate_bias": self.gate_bias,
-            "norm": self.norm,
-            "norm_epsilon": self.norm_epsilon,
-            "activation": self.activation,
-            "dropout": self.dropout,
-            "use_bias": self.use_bias,
-        }
+        return {**base_model_config(self), "vocabulary_size": self.vocabulary_size, **option_config(self, self.OPTIONS)}

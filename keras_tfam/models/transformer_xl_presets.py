@@ -1,4 +1,4 @@
-"""Transformer-XL family sizes by name: small models that train in minutes on a 2-core CPU."""
+"""Transformer-XL family sizes by name: small models for training on a CPU and for tests."""
 
 _TINY = {"num_layers": 4, "num_heads": 4, "hidden_dim": 256, "memory_length": 128, "dropout": 0.1}
 
@@ -7,7 +7,11 @@ TRANSFORMER_XL_PRESETS = {
     "transformer_xl_tiny": dict(_TINY),
     # Rae et al. 2020: 64 states, then 64 slots compressed 4x by a 1-D convolution (320 states back).
     "compressive_transformer_tiny": {
-        **_TINY, "memory_length": 64, "compressed_memory_length": 64, "compression_rate": 4, "compression": "conv",
+        **_TINY,
+        "memory_length": 64,
+        "compressed_memory_length": 64,
+        "compression_rate": 4,
+        "compression": "conv",
     },
     # Parisotto et al. 2020: GRU gates in place of the residual connections.
     "gtrxl_tiny": {**_TINY, "residual": "gru"},

@@ -23,11 +23,10 @@ from keras_tfam.ops.relative_shift import relative_shift
 __all__ = [
     "apply_attention_weights",
     "attention_weights",
-    "flash_attention_fits",
-    "flash_causal_attention",
-    "scaled_dot_product_attention",
     "banded_attention",
     "causal_mask",
+    "flash_attention_fits",
+    "flash_causal_attention",
     "merge_masks",
     "padding_to_attention_mask",
     "position_mask",
@@ -35,5 +34,6 @@ __all__ = [
     "relative_distance",
     "relative_shift",
     "ring_positions",
+    "scaled_dot_product_attention",
     "sliding_window_mask",
 ]

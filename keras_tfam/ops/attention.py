@@ -25,10 +25,7 @@ _MASKED_SCORE = -1e9
 
 def _check_rank(name, tensor, rank, layout):
     if len(tensor.shape) != rank:
-        raise ValueError(
-            f"`{name}` must have rank {rank} {layout}. "
-            f"Received: {name}.shape={tuple(tensor.shape)}"
-        )
+        raise ValueError(f"`{name}` must have rank {rank} {layout}. Received: {name}.shape={tuple(tensor.shape)}")
 
 
 def _head_counts(query, key, value):
@@ -192,8 +189,8 @@ def flash_attention_fits(query, key):
     Yes on the JAX backend on a GPU (cuDNN's fused attention, through
     `keras.ops.dot_product_attention`), for bfloat16 or float16 heads of at
     most 128 dimensions, a multiple of 8. Elsewhere the score matrix is
-    built explicitly (by query blocks when long: see `MultiHeadAttention`),
-    which on a CPU is as fast and keeps float32 scores.
+    built explicitly (by the other kernels of `MultiHeadAttention`), with
+    float32 scores.
 
     Args:
         query: `(B, T, N, H)` query heads.
@@ -213,8 +210,11 @@ def flash_attention_fits(query, key):
         return False
     head_dim = static_dim(query.shape[-1])
     dtypes = {keras.backend.standardize_dtype(t.dtype) for t in (query, key)}
-    return dtypes <= {"bfloat16", "float16"} and len(dtypes) == 1 and head_dim is not None and (
-        head_dim % 8 == 0 and head_dim <= 128
+    return (
+        dtypes <= {"bfloat16", "float16"}
+        and len(dtypes) == 1
+        and head_dim is not None
+        and (head_dim % 8 == 0 and head_dim <= 128)
     )
 
 

@@ -107,9 +107,7 @@ def banded_attention(
     """
     length = query.shape[1]
     if length is None:
-        raise ValueError(
-            f"Banded attention needs a static sequence length. Received: query.shape={tuple(query.shape)}"
-        )
+        raise ValueError(f"Banded attention needs a static sequence length. Received: query.shape={tuple(query.shape)}")
     if key.shape[1] is not None and key.shape[1] != length:
         raise ValueError(
             "Banded attention is self-attention: keys and queries share their positions. Received: "
@@ -144,9 +142,7 @@ def banded_attention(
         )  # [B * nb, b | 1, S_b | 1]
     batch = ops.shape(query)[0]
     per_head = len(rule.shape) == 5
-    rule = ops.reshape(
-        ops.broadcast_to(rule, (batch, *rule.shape[1:])), (-1, *rule.shape[2:])
-    )  # [B * nb, (N,) b, S_b]
+    rule = ops.reshape(ops.broadcast_to(rule, (batch, *rule.shape[1:])), (-1, *rule.shape[2:]))  # [B * nb, (N,) b, S_b]
     if padding is not None and per_head:
         padding = ops.expand_dims(padding, 1)
     mask = mask_ops.merge_masks(rule, padding)

@@ -121,14 +121,27 @@ def chunked_bucket_attention(
         distance = query_positions - key_positions
         allowed = ops.logical_and(allowed, ops.less(distance if causal else ops.abs(distance), window))
     if key_padding_mask is not None:
-        padding = ops.broadcast_to(ops.cast(key_padding_mask, "int32")[:, None, None, :, None], (*ops.shape(key_order), 1))
+        padding = ops.broadcast_to(
+            ops.cast(key_padding_mask, "int32")[:, None, None, :, None], (*ops.shape(key_order), 1)
+        )
         padding = _chunks(ops.take_along_axis(padding, key_order[..., None], axis=-2), chunks, look_back)[..., 0]
         allowed = ops.logical_and(allowed, ops.cast(padding, "bool")[..., None, :])
     if exclude_self:
         scores = ops.where(ops.equal(query_positions, key_positions), SELF_SCORE, scores)
     if deduplicate and rounds > 1:
-        scores = scores - ops.log(_round_counts(query_buckets, key_buckets, query_slots, key_slots, query_order,
-                                                key_order, chunk_length, chunks, look_back))
+        scores = scores - ops.log(
+            _round_counts(
+                query_buckets,
+                key_buckets,
+                query_slots,
+                key_slots,
+                query_order,
+                key_order,
+                chunk_length,
+                chunks,
+                look_back,
+            )
+        )
     return _attend_and_combine(scores, allowed, v, query_order, query_slots, rounds, dropout)
 
 
@@ -166,8 +179,9 @@ def _attend_and_combine(scores, allowed, value, order, slots, rounds, dropout):
     return ops.where(ops.any(seen, axis=2)[..., None], combined, 0.0)
 
 
-def _round_counts(query_buckets, key_buckets, query_slots, key_slots, query_order, key_order, chunk_length, chunks,
-                  look_back):
+def _round_counts(
+    query_buckets, key_buckets, query_slots, key_slots, query_order, key_order, chunk_length, chunks, look_back
+):
     """For each (query, key) pair of each round's chunks: in how many rounds the query sees that key.
 
     A key is seen in a round when it shares the query's bucket and sits in

@@ -28,8 +28,11 @@ def write_rows(variable, start, rows):
         if not isinstance(variable.value, tf.distribute.DistributedValues):
             rank = len(variable.shape)
             tf.raw_ops.ResourceStridedSliceAssign(
-                ref=variable.value.handle, begin=[start] + [0] * (rank - 1), end=[end] + list(variable.shape[1:]),
-                strides=[1] * rank, value=rows,
+                ref=variable.value.handle,
+                begin=[start] + [0] * (rank - 1),
+                end=[end] + list(variable.shape[1:]),
+                strides=[1] * rank,
+                value=rows,
             )
             return
     elif backend == "torch":

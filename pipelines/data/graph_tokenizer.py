@@ -187,9 +187,10 @@ class GraphTokenizer(tf.Module):
                 elif part.get("add_prefix_space"):
                     raise _unsupported("pre-tokenizer", part)
             elif kind == "Split" and index == 0 and "Regex" in part.get("pattern", {}):
-                if part.get("behavior") != "Isolated" or part.get("invert") or part["pattern"]["Regex"] not in SPLIT_PATTERNS:
+                regex = part["pattern"]["Regex"]
+                if part.get("behavior") != "Isolated" or part.get("invert") or regex not in SPLIT_PATTERNS:
                     raise _unsupported("pre-tokenizer", part)
-                self._use_split_pattern(part["pattern"]["Regex"])
+                self._use_split_pattern(regex)
             elif kind == "Split" and len(parts) == 1 and part.get("behavior") == "MergedWithPrevious":
                 if part.get("invert") or len(_string_pattern(part, "pre-tokenizer")) != 1:
                     raise _unsupported("pre-tokenizer", part)
@@ -232,15 +233,18 @@ class GraphTokenizer(tf.Module):
         if self.byte_level:
             alphabet = _bytes_to_unicode()
             keys = [bytes([b]) for b in range(256)]
-            self._byte_ids = _static_table(keys, [vocabulary.get(alphabet[b], -1) for b in range(256)],
-                                           tf.string, tf.int64, -1)
+            self._byte_ids = _static_table(
+                keys, [vocabulary.get(alphabet[b], -1) for b in range(256)], tf.string, tf.int64, -1
+            )
             self._byte_chars = _static_table(keys, [alphabet[b] for b in range(256)], tf.string, tf.string, "")
         elif self._byte_fallback:
             codes = [f"<0x{b:02X}>" for b in range(256)]
             if any(code not in vocabulary for code in codes):
-                raise _unsupported("model", {"byte_fallback": True, "missing": [c for c in codes if c not in vocabulary][:4]})
-            self._fallback_ids = _static_table([bytes([b]) for b in range(256)], [vocabulary[c] for c in codes],
-                                               tf.string, tf.int64, -1)
+                missing = [c for c in codes if c not in vocabulary][:4]
+                raise _unsupported("model", {"byte_fallback": True, "missing": missing})
+            self._fallback_ids = _static_table(
+                [bytes([b]) for b in range(256)], [vocabulary[c] for c in codes], tf.string, tf.int64, -1
+            )
 
     def _read_decoder(self, spec):
         parts = _components(spec, "decoder")
@@ -268,8 +272,10 @@ class GraphTokenizer(tf.Module):
                 self._strip = int(strip.get("start", 0))
             pieces = [text.replace(old, new).encode("utf-8") for text in texts]
             if "ByteFallback" in kinds:
-                values = [int(t[3:5], 16) if len(t) == 6 and t[:3] == "<0x" and t[5] == ">" and _hex(t[3:5]) else -1
-                          for t in texts]
+                values = [
+                    int(t[3:5], 16) if len(t) == 6 and t[:3] == "<0x" and t[5] == ">" and _hex(t[3:5]) else -1
+                    for t in texts
+                ]
                 self._byte_tokens = tf.constant(values, tf.int32)
                 pieces = [bytes([v]) if v >= 0 else piece for v, piece in zip(values, pieces)]
         else:
@@ -287,7 +293,8 @@ class GraphTokenizer(tf.Module):
             added = self._added_table.lookup(pieces.flat_values)
             first = tf.equal(starts.flat_values, 0)
         else:
-            pieces = tf.RaggedTensor.from_tensor(texts[:, None], lengths=tf.cast(tf.strings.length(texts) > 0, tf.int64))
+            nonempty = tf.cast(tf.strings.length(texts) > 0, tf.int64)
+            pieces = tf.RaggedTensor.from_tensor(texts[:, None], lengths=nonempty)
             added = tf.fill(tf.shape(pieces.flat_values), tf.constant(-1, tf.int64))
             first = tf.ones(tf.shape(pieces.flat_values), tf.bool)
         flat = pieces.flat_values
@@ -404,7 +411,9 @@ class GraphTokenizer(tf.Module):
 
         if dense.shape[1] != 1:
             dense, _ = tf.while_loop(
-                lambda _, more: more, step, (dense, tf.constant(True)),
+                lambda _, more: more,
+                step,
+                (dense, tf.constant(True)),
                 maximum_iterations=tf.cast(tf.maximum(width - 1, 0), tf.int32),
             )
         return tf.RaggedTensor.from_tensor(dense, padding=tf.constant(-1, tf.int64))
@@ -443,14 +452,17 @@ class GraphTokenizer(tf.Module):
         valid = tf.equal(
             tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD), text
         )
-        text = tf.where(valid, text, tf.strings.reduce_join(
-            tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(lengths)], _REPLACEMENT_CHARACTER), lengths),
-            axis=1,
-        ))
+        text = tf.where(
+            valid,
+            text,
+            tf.strings.reduce_join(
+                tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(lengths)], _REPLACEMENT_CHARACTER), lengths),
+                axis=1,
+            ),
+        )
         run_rows = tf.gather(rows, tf.where(starts_run)[:, 0])
         return tf.RaggedTensor.from_value_rowids(text, run_rows, nrows=ids.nrows())
 
 
 def _hex(digits):
     return all(c in "0123456789abcdefABCDEF" for c in digits)
-

@@ -15,13 +15,9 @@ import tensorflow as tf
 def _without_autotuning(dataset):
     """`dataset` without tf.data's autotuning, which has nothing to tune in these streams.
 
-    An autotuned iterator runs a thread that re-tunes the pipeline 10, 30, 70, ... ms after the
-    iterator is made (`10 * (2**k - 1)` ms up to 81.9 s, then every 60 s), sleeping in between.
-    Deleting the iterator often waits for that thread's next wake, so a `fit` or an evaluation over
-    the stream returned at that wake instead of when its last batch was done: a 1.9 s evaluation
-    ended at 2.56 s in 4 runs of 6, and `tfam train`'s 45 s evaluation at 82 s (2-core AMD EPYC;
-    BENCHMARKS.md, `benchmarks/fit_teardown.py`). These streams are slices of arrays already in
-    memory, batched and prefetched: nothing for the tuner to set but the prefetch buffer, which
+    Deleting an autotuned iterator often waits for its tuning thread's next wake, so a `fit` or an
+    evaluation over the stream would end then instead of at its last batch. These streams are slices
+    of in-memory arrays, batched and prefetched: nothing to tune but the prefetch buffer, which
     `prefetch(AUTOTUNE)` still grows without it.
     """
     options = tf.data.Options()

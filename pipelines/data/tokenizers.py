@@ -10,9 +10,8 @@ tokenized line by line and concatenated is the split's token stream.
   Vocabulary from the train split, most frequent first.
 - `BPETokenizer`: GPT-2 byte-level BPE. Training uses Hugging Face
   `tokenizers` (its Rust trainer writes exactly GPT-2's `vocab.json` +
-  `merges.txt` and trains on WikiText-2 in seconds); tokenizing in the graph
-  uses keras-hub's `BytePairTokenizer`, which reads the same two files, so the
-  real GPT-2 vocabulary loads too. Byte-level: detokenize(tokenize(text)) ==
+  `merges.txt`); tokenizing in the graph uses keras-hub's `BytePairTokenizer`,
+  which reads the same two files, so the real GPT-2 vocabulary loads too. Byte-level: detokenize(tokenize(text)) ==
   text for any text.
 - `CharTokenizer`: one id per Unicode character, for quick experiments on any
   text file.
@@ -283,7 +282,7 @@ class BPETokenizer(Tokenizer):
             special_tokens=[ENDOFTEXT],
             show_progress=False,
         )
-        model = json.loads(trainer._tokenizer.to_str())["model"]
+        model = json.loads(trainer.to_str())["model"]
         merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
         return cls(model["vocab"], merges)
 
@@ -414,7 +413,9 @@ def _load_checked(cls, directory):
     except FileNotFoundError as error:
         raise CorruptFileError(error.filename or files, "is missing") from None
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
-        raise CorruptFileError(files, f"cannot be read as a {cls.kind} tokenizer ({type(error).__name__}: {error})") from None
+        raise CorruptFileError(
+            files, f"cannot be read as a {cls.kind} tokenizer ({type(error).__name__}: {error})"
+        ) from None
 
 
 def load_tokenizer(directory):

@@ -63,8 +63,7 @@ def read_lines(path):
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(
-            f"{path!r} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset {error.start} "
-            f"({error.reason})"
+            f"{path!r} is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset {error.start} ({error.reason})"
         ) from None
     lines = text.split("\n")
     if lines[-1] == "":
@@ -75,9 +74,7 @@ def read_lines(path):
 def read_corpus(path):
     """Lines of a text file, or of every file in a directory (sorted by name)."""
     if os.path.isdir(path):
-        files = sorted(
-            os.path.join(path, f) for f in os.listdir(path) if os.path.isfile(os.path.join(path, f))
-        )
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if os.path.isfile(os.path.join(path, f)))
         if not files:
             raise FileNotFoundError(f"Directory {path!r} holds no files")
         return [line for f in files for line in read_lines(f)]

@@ -57,7 +57,9 @@ class Wikitext(tfds.core.GeneratorBasedBuilder):
             features=tfds.features.FeaturesDict({"text": tfds.features.Text()}),
             # Language modelling reads the lines in file order.
             disable_shuffling=True,
-            homepage="https://blog.salesforceairesearch.com/the-wikitext-long-term-dependency-language-modeling-dataset/",
+            homepage=(
+                "https://blog.salesforceairesearch.com/the-wikitext-long-term-dependency-language-modeling-dataset/"
+            ),
             citation="Merity, Xiong, Bradbury, Socher. Pointer Sentinel Mixture Models. 2016.",
         )
 

@@ -30,7 +30,9 @@ def _copy(tmp_path, transform):
 
 def test_logits_and_greedy_tokens_match_transformers(reference):
     model = GPT2LM.from_huggingface(FIXTURE)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(reference["input_ids"])), reference["logits"], atol=1e-4)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model(reference["input_ids"])), reference["logits"], atol=1e-4
+    )
     generated = model.generate(reference["prompt_ids"], max_new_tokens=16)
     np.testing.assert_array_equal(generated, reference["greedy_ids"])
 
@@ -45,7 +47,9 @@ def test_original_hub_layout_with_buffers_and_tied_head(tmp_path, reference):
         return out
 
     model = GPT2LM.from_huggingface(_copy(tmp_path, hub_layout))
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(reference["input_ids"])), reference["logits"], atol=1e-4)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model(reference["input_ids"])), reference["logits"], atol=1e-4
+    )
 
 
 def test_missing_and_unknown_tensors_are_listed(tmp_path):
@@ -64,7 +68,9 @@ def test_shape_mismatch_names_the_tensor(tmp_path):
         return tensors
 
     # The tensor as the file names it, and the file.
-    with pytest.raises(ValueError, match=r"'transformer\.ln_f\.weight' in .*model\.safetensors: .*expects \(32,\).*has \(31,\)"):
+    with pytest.raises(
+        ValueError, match=r"'transformer\.ln_f\.weight' in .*model\.safetensors: .*expects \(32,\).*has \(31,\)"
+    ):
         GPT2LM.from_huggingface(_copy(tmp_path, broken))
 
 

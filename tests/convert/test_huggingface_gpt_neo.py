@@ -35,7 +35,9 @@ def _copy(tmp_path, transform=lambda tensors: tensors, config=lambda config: con
 
 
 def test_logits_and_greedy_tokens_match_transformers(model, reference):
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(reference["input_ids"])), reference["logits"], atol=1e-4)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model(reference["input_ids"])), reference["logits"], atol=1e-4
+    )
     generated = model.generate(reference["prompt_ids"], max_new_tokens=24)
     np.testing.assert_array_equal(generated, reference["greedy_ids"])
 

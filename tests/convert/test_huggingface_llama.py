@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_tfam.convert import HuggingFaceTokenizer, SafetensorsCheckpoint
-from keras_tfam.models import DecoderLM, GPT2LM, from_huggingface
+from keras_tfam.models import GPT2LM, DecoderLM, from_huggingface
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
 FAMILIES = ("hf-llama-tiny", "hf-mistral-tiny", "hf-qwen2-tiny", "hf-gemma-tiny")
@@ -112,10 +112,14 @@ def _edit_config(directory, **changes):
 def test_unsupported_model_types_and_rope_scalings_are_named_with_the_supported_ones(tmp_path):
     directory = _copy(tmp_path, "hf-mistral-tiny")
     _edit_config(directory, model_type="mixtral")
-    with pytest.raises(ValueError, match=r"supported model types are \('gpt2', 'gpt_neo', 'llama'.*model_type='mixtral'"):
+    with pytest.raises(
+        ValueError, match=r"supported model types are \('gpt2', 'gpt_neo', 'llama'.*model_type='mixtral'"
+    ):
         from_huggingface(str(directory))
     _edit_config(directory, model_type="mistral", rope_parameters={"rope_type": "longrope", "rope_theta": 1e4})
-    with pytest.raises(ValueError, match=r"supported types are \('default', 'linear', 'dynamic', 'llama3', 'yarn'\).*'longrope'"):
+    with pytest.raises(
+        ValueError, match=r"supported types are \('default', 'linear', 'dynamic', 'llama3', 'yarn'\).*'longrope'"
+    ):
         from_huggingface(str(directory))
 
 

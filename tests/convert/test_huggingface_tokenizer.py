@@ -49,7 +49,9 @@ def copy_with(tmp_path, config=None, model=None):
 
 def test_an_unknown_tokenizer_class_is_refused_in_one_line(tmp_path):
     directory = copy_with(tmp_path, config={"tokenizer_class": "T5Tokenizer"})
-    with pytest.raises(ValueError, match=r"^A SentencePiece tokenizer.model .*Received: tokenizer_class='T5Tokenizer'$"):
+    with pytest.raises(
+        ValueError, match=r"^A SentencePiece tokenizer.model .*Received: tokenizer_class='T5Tokenizer'$"
+    ):
         HuggingFaceTokenizer(directory)
 
 
@@ -68,5 +70,7 @@ def test_a_unigram_model_is_refused_in_one_line(tmp_path):
         proto.ParseFromString(f.read())
     proto.trainer_spec.model_type = 1  # UNIGRAM
     directory = copy_with(tmp_path, model=proto.SerializeToString())
-    with pytest.raises(ValueError, match=r"must be a SentencePiece BPE model .*Received: model_type=1 with 700 pieces$"):
+    with pytest.raises(
+        ValueError, match=r"must be a SentencePiece BPE model .*Received: model_type=1 with 700 pieces$"
+    ):
         HuggingFaceTokenizer(directory)

@@ -20,6 +20,7 @@ PUBLIC_MODULES = (
     "keras_tfam.losses",
     "keras_tfam.models",
     "keras_tfam.generation",
+    "keras_tfam.engine",
     "keras_tfam.retrieval",
     "keras_tfam.convert",
     "keras_tfam.ops",
@@ -66,7 +67,8 @@ def test_every_public_class_has_a_summary_line_args_and_an_example():
 
 def test_every_public_function_has_a_summary_line():
     bad = [
-        path for path, value in public_objects().items()
+        path
+        for path, value in public_objects().items()
         if inspect.isfunction(value) and "a summary line" in missing_parts(own_docstring(value) or "")
     ]
     assert not bad, bad
@@ -85,7 +87,8 @@ def test_every_public_name_is_in_the_reference():
     entries = reference_entries()
     # A name is documented where it is exported or where it is defined.
     absent = [
-        path for path, value in public_objects().items()
+        path
+        for path, value in public_objects().items()
         if path not in entries and f"{value.__module__}.{value.__qualname__}" not in entries
     ]
     assert not absent, f"not in docs/reference/*.md: {absent}"
@@ -95,7 +98,9 @@ class _ShapeChecker(doctest.OutputChecker):
     """Shapes print as tuples on every backend: TensorFlow's `TensorShape([2, 5])` reads `(2, 5)`."""
 
     def check_output(self, want, got, optionflags):
-        got = re.sub(r"TensorShape\(\[([^\]]*)\]\)", lambda m: f"({m.group(1)}{',' if ',' not in m.group(1) else ''})", got)
+        got = re.sub(
+            r"TensorShape\(\[([^\]]*)\]\)", lambda m: f"({m.group(1)}{',' if ',' not in m.group(1) else ''})", got
+        )
         return super().check_output(want, got, optionflags)
 
 
@@ -124,4 +129,3 @@ def test_docstring_example_runs(example, monkeypatch):
     report = []
     runner.run(example, out=report.append)
     assert runner.failures == 0, "".join(report)
-

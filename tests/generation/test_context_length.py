@@ -36,8 +36,13 @@ def characters():
 def train(position, train_ids, vocabulary_size, steps=300, batch_size=32):
     keras.utils.set_random_seed(0)
     model = GPT2LM(
-        vocabulary_size=vocabulary_size, num_layers=2, num_heads=4, hidden_dim=64, max_sequence_length=CONTEXT,
-        context_length=CONTEXT, position=position,
+        vocabulary_size=vocabulary_size,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=64,
+        max_sequence_length=CONTEXT,
+        context_length=CONTEXT,
+        position=position,
     )
     model.compile(
         keras.optimizers.AdamW(3e-3, weight_decay=0.0),

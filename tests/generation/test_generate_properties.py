@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from keras_tfam.models import GPT2LM
 
 PROPERTY = settings(
-    max_examples=15, deadline=None, database=None,
+    max_examples=15,
+    deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 VOCABULARY = 23
@@ -35,8 +37,12 @@ numpy_scalars = st.one_of(
     st.sampled_from([np.float32(3.0), np.float64(0.7), np.float32("nan"), np.bool_(True), np.array(4), np.array([4])]),
 )
 wrong_types = st.one_of(
-    st.none(), st.booleans(), st.text(max_size=5), st.lists(st.integers(-2, 30), max_size=3),
-    st.just(object()), st.just({"k": 1}),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=5),
+    st.lists(st.integers(-2, 30), max_size=3),
+    st.just(object()),
+    st.just({"k": 1}),
 )
 values = st.one_of(numbers, numpy_scalars, wrong_types)
 
@@ -111,7 +117,11 @@ def test_generate_arguments(model, name, value):
 
 
 prompt_ids = st.one_of(
-    st.integers(-(2**40), 2**40), st.integers(-2, VOCABULARY + 2), st.floats(allow_nan=True), st.none(), st.text(max_size=2)
+    st.integers(-(2**40), 2**40),
+    st.integers(-2, VOCABULARY + 2),
+    st.floats(allow_nan=True),
+    st.none(),
+    st.text(max_size=2),
 )
 
 

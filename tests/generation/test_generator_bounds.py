@@ -41,12 +41,18 @@ def test_the_compiled_loops_kept_are_bounded(monkeypatch):
     assert len(Generator.for_model(model)._functions) == 2
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"stop_token_ids": [3, 17]}, r"`stop_token_ids` must hold token ids in \[0, 17\).*Received: stop_token_ids=17"),
-    ({"stop_token_ids": [-1]}, r"Received: stop_token_ids=-1"),
-    ({"pad_token_id": 99}, r"`pad_token_id` must hold token ids in \[0, 17\).*Received: pad_token_id=99"),
-    ({"pad_token_id": 1.5}, r"Received: pad_token_id=1.5"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            {"stop_token_ids": [3, 17]},
+            r"`stop_token_ids` must hold token ids in \[0, 17\).*Received: stop_token_ids=17",
+        ),
+        ({"stop_token_ids": [-1]}, r"Received: stop_token_ids=-1"),
+        ({"pad_token_id": 99}, r"`pad_token_id` must hold token ids in \[0, 17\).*Received: pad_token_id=99"),
+        ({"pad_token_id": 1.5}, r"Received: pad_token_id=1.5"),
+    ],
+)
 def test_stop_and_pad_ids_outside_the_vocabulary_are_refused(arguments, message):
     with pytest.raises(ValueError, match=message):
         tiny().generate([[1, 2]], 3, **CHEAP_LOOP, **arguments)
@@ -55,8 +61,7 @@ def test_stop_and_pad_ids_outside_the_vocabulary_are_refused(arguments, message)
 def test_numpy_scalars_are_accepted():
     model = tiny()
     expected = model.generate([[1, 2]], 5, **CHEAP_LOOP, stop_token_ids=[4], pad_token_id=0)
-    out = model.generate([[1, 2]], np.int64(5), **CHEAP_LOOP, stop_token_ids=np.array([4]),
-                         pad_token_id=np.int32(0))
+    out = model.generate([[1, 2]], np.int64(5), **CHEAP_LOOP, stop_token_ids=np.array([4]), pad_token_id=np.int32(0))
     np.testing.assert_array_equal(out, expected)
     sampled = model.generate([[1, 2]], np.int32(4), sampler="top_p", seed=np.int64(3), **CHEAP_LOOP)
     assert sampled.shape == (1, 6)

@@ -14,7 +14,8 @@ def test_bfloat16_copy_decodes_nearly_as_float32():
     model = GPT2LM(vocabulary_size=97, num_layers=2, num_heads=4, hidden_dim=64, max_sequence_length=64)
     copy = with_dtype(model, "bfloat16")
     assert {str(w.dtype) for w in copy.weights} == {"bfloat16"} and copy.count_params() == model.count_params()
-    np.testing.assert_array_equal(copy.token_embedding.embeddings, model.token_embedding.embeddings.numpy().astype("bfloat16"))
+    expected = model.token_embedding.embeddings.numpy().astype("bfloat16")
+    np.testing.assert_array_equal(copy.token_embedding.embeddings, expected)
     tokens = model.generate(np.random.default_rng(0).integers(0, 97, size=(4, 8)), 40)
     expected, logits = forward(model, tokens), forward(copy, tokens)
     assert logits.dtype == np.float32
@@ -22,8 +23,8 @@ def test_bfloat16_copy_decodes_nearly_as_float32():
     assert np.abs(logits - expected).max() < 0.05 * scale
     # Teacher-forced on the float32 output: the same greedy choice at almost every position.
     assert np.mean(logits.argmax(-1) == expected.argmax(-1)) >= 0.95
-    # The copy's own cached greedy decoding of 4 rows (on a CPU, a few rows multiply float32 copies of its
-    # kernels: `kernels_as_rows`) picks, at each step, a token its own full pass scores within bfloat16
+    # The copy's own cached greedy decoding of 4 rows (on a CPU, in the XLA-CPU engine, a few rows multiply
+    # float32 copies of its kernels) picks, at each step, a token its own full pass scores within bfloat16
     # rounding of the best.
     decoded = np.asarray(copy.generate(tokens[:, :8], 40))
     assert decoded.shape == tokens.shape

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfam.generation import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
+from keras_tfam.generation.prompts import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
 
 
 def test_prompts_of_any_form_become_padded_rows_and_lengths():

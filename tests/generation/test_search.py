@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from backend import forward
 
-from keras_tfam.generation import BeamSearch, Generator, Sampling, decode, plan_decoding
+from keras_tfam.generation import BeamSearch, Generator, Sampling
+from keras_tfam.generation.decoding import decode, plan_decoding
 from keras_tfam.models import GPT2LM
 
 STOP = 1
@@ -47,9 +48,7 @@ def exhaustive(model, prompt, max_new_tokens, length_penalty):
     return best[1]
 
 
-@pytest.mark.parametrize(
-    "beam_size, max_new_tokens, length_penalty", [(5, 2, 0.0), (25, 3, 0.0), (25, 3, 0.8)]
-)
+@pytest.mark.parametrize("beam_size, max_new_tokens, length_penalty", [(5, 2, 0.0), (25, 3, 0.0), (25, 3, 0.8)])
 def test_beam_search_with_every_candidate_kept_is_exhaustive_search(beam_size, max_new_tokens, length_penalty):
     """`beam_size = V` keeps every candidate for 2 tokens; `V^2` for 3."""
     model = tiny()

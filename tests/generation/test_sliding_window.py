@@ -16,8 +16,13 @@ rng = np.random.default_rng(0)
 def tiny(**options):
     keras.utils.set_random_seed(1)
     return GPT2LM(
-        vocabulary_size=61, num_layers=2, num_heads=4, hidden_dim=32, max_sequence_length=64,
-        context_length=WINDOW, **options,
+        vocabulary_size=61,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=32,
+        max_sequence_length=64,
+        context_length=WINDOW,
+        **options,
     )
 
 

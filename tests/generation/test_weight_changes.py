@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from backend import compiled, forward, greedy_by_full_passes
 
+from keras_tfam.engine.xla_cpu import XLA_CPU
 from keras_tfam.generation import Generator
 from keras_tfam.models import GPT2LM
+from keras_tfam.models.lora import sublayers
 
 PROMPT = [3, 1, 4, 1, 5]
 
@@ -20,7 +22,7 @@ def test_generate_after_enable_lora_uses_the_lora_weights():
     # Keras' own LoRA on every projection, after a first generate: the loop traced before would ignore it.
     model = tiny()
     model.generate([PROMPT], 8)
-    for layer in model._flatten_layers():
+    for layer in [model, *sublayers(model)]:
         if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
             layer.enable_lora(2)
             draws = np.random.default_rng(len(layer.name)).normal(size=layer.lora_kernel_b.shape)
@@ -44,7 +46,8 @@ WEIGHT_ONLY = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
 
 @pytest.mark.parametrize("config", [None, WEIGHT_ONLY], ids=["int8", "weight-only-int8"])
 def test_int8_one_sequence_decodes_as_its_full_pass(config):
-    """One sequence decodes through int8 rows (`rows_product`), the full pass through Keras' int8 product.
+    """In the XLA-CPU engine one sequence decodes through int8 rows (`rows_product`), the full pass through Keras'
+    int8 product.
 
     Token by token and prefill + steps equal the full pass (the compiled loop's greedy tokens: the test above).
     The steps are compiled (XLA on TensorFlow and JAX), as in the decoding loop.
@@ -53,7 +56,12 @@ def test_int8_one_sequence_decodes_as_its_full_pass(config):
     model.quantize("int8", config=config)
     tokens = np.array([PROMPT + [7, 2, 9, 4]], "int32")
     full = forward(model, tokens)
-    call_with_cache = compiled(model.call_with_cache)
+
+    def in_engine(*args):
+        with XLA_CPU.decoding(model.variables, rows=1):
+            return model.call_with_cache(*args)
+
+    call_with_cache = compiled(in_engine)
     for prefill in (1, 4):
         cache = model.init_cache(1, tokens.shape[1])
         step = call_with_cache(tokens[:, :prefill], cache, np.int32(0))

@@ -3,9 +3,9 @@
 import keras
 import numpy as np
 import pytest
+from backend import gradients
 from keras import ops
 
-from backend import gradients
 from keras_tfam.losses import TokenCrossEntropy
 
 RNG = np.random.default_rng(0)
@@ -46,12 +46,15 @@ def test_equals_keras_loss_with_masks_and_sample_weights():
     weights = RNG.uniform(size=(2, 5)).astype("float32")
     weights[1, 3:] = 0.0  # padding
     for reduction in ("sum_over_batch_size", "sum", "none"):
-        ours, keras_loss = TokenCrossEntropy(reduction=reduction), keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=reduction
+        ours, keras_loss = (
+            TokenCrossEntropy(reduction=reduction),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
         )
         np.testing.assert_allclose(
             ops.convert_to_numpy(ours(TARGETS, LOGITS, sample_weight=weights)),
-            ops.convert_to_numpy(keras_loss(TARGETS, LOGITS, sample_weight=weights)), rtol=1e-6, atol=1e-6,
+            ops.convert_to_numpy(keras_loss(TARGETS, LOGITS, sample_weight=weights)),
+            rtol=1e-6,
+            atol=1e-6,
         )
     (gradient,) = gradients(lambda logits: TokenCrossEntropy()(TARGETS, logits, sample_weight=weights), LOGITS)
     keras_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -63,12 +66,16 @@ def test_equals_keras_loss_with_masks_and_sample_weights():
 def test_fit_with_it_is_fit_with_keras_loss_and_it_serializes():
     def trained(loss):
         keras.utils.set_random_seed(1)
-        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(11, 8), keras.layers.Dense(11)])
+        model = keras.Sequential(
+            [keras.Input((5,), dtype="int32"), keras.layers.Embedding(11, 8), keras.layers.Dense(11)]
+        )
         model.compile(keras.optimizers.Adam(0.05), loss)
         model.fit(TARGETS, np.roll(TARGETS, 1, axis=1), batch_size=2, epochs=3, verbose=0)
         return [ops.convert_to_numpy(w) for w in model.weights]
 
-    for ours, theirs in zip(trained(TokenCrossEntropy()), trained(keras.losses.SparseCategoricalCrossentropy(from_logits=True))):
+    for ours, theirs in zip(
+        trained(TokenCrossEntropy()), trained(keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ):
         np.testing.assert_allclose(ours, theirs, atol=2e-5)
     restored = keras.losses.deserialize(keras.losses.serialize(TokenCrossEntropy(reduction="sum")))
     assert isinstance(restored, TokenCrossEntropy) and restored.reduction == "sum"
@@ -81,7 +88,10 @@ def test_ignore_class_is_keras_ignore_class(reduction):
     ours = TokenCrossEntropy(reduction=reduction, ignore_class=-100)
     keras_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction, ignore_class=-100)
     np.testing.assert_allclose(
-        ops.convert_to_numpy(ours(targets, LOGITS)), ops.convert_to_numpy(keras_loss(targets, LOGITS)), rtol=1e-6, atol=1e-6
+        ops.convert_to_numpy(ours(targets, LOGITS)),
+        ops.convert_to_numpy(keras_loss(targets, LOGITS)),
+        rtol=1e-6,
+        atol=1e-6,
     )
     (gradient,) = gradients(lambda logits: ops.sum(ours(targets, logits)), LOGITS)
     (expected,) = gradients(lambda logits: ops.sum(keras_loss(targets, logits)), LOGITS)
@@ -111,5 +121,7 @@ def test_ignore_class_serializes_and_bad_values_get_one_line():
     restored = keras.losses.deserialize(keras.losses.serialize(TokenCrossEntropy(ignore_class=-100)))
     assert restored.ignore_class == -100
     for bad in (1.5, "pad", True):
-        with pytest.raises(ValueError, match=r"^`ignore_class` must be an int target id or None\. Received: ignore_class="):
+        with pytest.raises(
+            ValueError, match=r"^`ignore_class` must be an int target id or None\. Received: ignore_class="
+        ):
             TokenCrossEntropy(ignore_class=bad)

@@ -20,8 +20,11 @@ def test_learns_a_next_token_rule_and_saves(tmp_path):
     windows = data.integers(0, 40, size=(4096, 8)).astype("int32")
     targets = (windows[:, -3] + 1) % 40
     model = AttentionPoolingLM(40, context_length=8, num_layers=2, num_heads=4, hidden_dim=64)
-    model.compile(keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, 640)),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    model.compile(
+        keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, 640)),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
     model.fit(windows, targets, batch_size=64, epochs=10, verbose=0)
     test = data.integers(0, 40, size=(512, 8)).astype("int32")
     accuracy = np.mean(np.argmax(model.predict(test, verbose=0), -1) == (test[:, -3] + 1) % 40)

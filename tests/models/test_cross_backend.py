@@ -22,7 +22,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BOS, EOS = 1, 2
 
 # What each model computes, on the backend that runs it: full-pass logits and greedy tokens.
-PROBE = r'''
+PROBE = r"""
 import json, sys
 import numpy as np
 import keras
@@ -44,13 +44,18 @@ def probe(folder):
     out["transformer_logits"] = keras.ops.convert_to_numpy(transformer({"source": source, "target": target})).tolist()
     out["transformer_greedy"] = np.asarray(transformer.generate(source, 1, 2, max_length=8)).tolist()
     return out
-'''
+"""
 
 
 def run_probe(backend, folder):
     environment = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
-        [sys.executable, "-c", PROBE + "\nprint(json.dumps(probe(sys.argv[1])))", folder], cwd=REPO, env=environment, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", PROBE + "\nprint(json.dumps(probe(sys.argv[1])))", folder],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -65,7 +70,9 @@ def saved(tmp_path_factory):
     np.save(folder / "tokens.npy", tokens)
     np.save(folder / "source.npy", source)
     keras.utils.set_random_seed(0)
-    GPT2LM(vocabulary_size=31, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=32).save(folder / "gpt2.keras")
+    GPT2LM(vocabulary_size=31, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=32).save(
+        folder / "gpt2.keras"
+    )
     xl = TransformerXLLM(vocabulary_size=31, num_layers=2, num_heads=2, hidden_dim=16, memory_length=6)
     xl(tokens)
     xl.save(folder / "xl.keras")

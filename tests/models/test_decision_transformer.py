@@ -37,8 +37,16 @@ def trajectories(n, seed):
 
 def test_imitates_the_policy_conditioned_on_the_return():
     keras.utils.set_random_seed(0)
-    model = DecisionTransformer(STATE_DIM, NUM_ACTIONS, max_timestep=STEPS, hidden_dim=32, num_layers=2,
-                                num_heads=2, dropout=0.0, return_scale=STEPS)
+    model = DecisionTransformer(
+        STATE_DIM,
+        NUM_ACTIONS,
+        max_timestep=STEPS,
+        hidden_dim=32,
+        num_layers=2,
+        num_heads=2,
+        dropout=0.0,
+        return_scale=STEPS,
+    )
     model.compile(keras.optimizers.AdamW(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     inputs, actions, _ = trajectories(1200, seed=0)
     model.fit(inputs, actions, batch_size=64, epochs=8, verbose=0)
@@ -67,8 +75,14 @@ def rollout(model, states, expert, target):
     timesteps = np.broadcast_to(np.arange(STEPS, dtype="int32"), (n, STEPS))
     for t in range(STEPS):
         seen = slice(0, t + 1)
-        logits = model({"returns_to_go": returns_to_go[:, seen], "states": states[:, seen],
-                        "actions": actions[:, seen], "timesteps": timesteps[:, seen]})
+        logits = model(
+            {
+                "returns_to_go": returns_to_go[:, seen],
+                "states": states[:, seen],
+                "actions": actions[:, seen],
+                "timesteps": timesteps[:, seen],
+            }
+        )
         actions[:, t] = np.asarray(logits)[:, -1].argmax(-1)
         if t + 1 < STEPS:
             returns_to_go[:, t + 1] = returns_to_go[:, t] - (actions[:, t] == expert[:, t])
@@ -119,7 +133,9 @@ def test_actions_and_timesteps_outside_their_tables_are_refused(name, value, sho
     bad = {**inputs, name: inputs[name].copy()}
     bad[name][1, 5] = value
     # (Keras adds the call's arguments to the message on lines of their own.)
-    with pytest.raises(ValueError, match=re.escape(f"must be integers in [") + f".*Received: {shown} at index \\(1, 5\\)"):
+    with pytest.raises(
+        ValueError, match=re.escape("must be integers in [") + f".*Received: {shown} at index \\(1, 5\\)"
+    ):
         model(bad)
     # Traced (predict, fit), where nothing can be raised: that trajectory's logits are NaN, the others exact.
     logits = model.predict(bad, verbose=0)
@@ -152,6 +168,11 @@ def test_bad_hyperparameters_are_refused_in_one_line(kwargs, shown):
 
 
 def test_numpy_integer_sizes_are_accepted():
-    model = DecisionTransformer(np.int64(STATE_DIM), np.int32(NUM_ACTIONS), max_timestep=np.int64(STEPS),
-                                hidden_dim=np.int64(16), num_layers=np.int64(1))
+    model = DecisionTransformer(
+        np.int64(STATE_DIM),
+        np.int32(NUM_ACTIONS),
+        max_timestep=np.int64(STEPS),
+        hidden_dim=np.int64(16),
+        num_layers=np.int64(1),
+    )
     assert model.get_config()["num_actions"] == NUM_ACTIONS and type(model.get_config()["max_timestep"]) is int

@@ -21,8 +21,19 @@ def test_gemma_rms_norm_multiplies_by_one_plus_its_weight():
 
 
 def test_embedding_scale_untied_head_and_wide_heads():
-    model = DecoderLM(40, 1, 2, 16, head_dim=24, position="rotary", norm="gemma_rms", activation="geglu_tanh",
-                      tie_embeddings=False, embedding_scale=4.0, use_bias=False)
+    model = DecoderLM(
+        40,
+        1,
+        2,
+        16,
+        head_dim=24,
+        position="rotary",
+        norm="gemma_rms",
+        activation="geglu_tanh",
+        tie_embeddings=False,
+        embedding_scale=4.0,
+        use_bias=False,
+    )
     ids = np.array([[3, 7, 1]])
     embedded = keras.ops.convert_to_numpy(model.embed(ids))
     table = keras.ops.convert_to_numpy(model.token_embedding.embeddings)
@@ -38,7 +49,10 @@ def test_embedding_scale_untied_head_and_wide_heads():
     "arguments, message",
     [
         (dict(head_dim=0), r"`head_dim` must be a positive integer.*head_dim=0"),
-        (dict(embedding_scale=-1.0), r"`embedding_scale` must be a finite number > 0\. Received: embedding_scale=-1\.0"),
+        (
+            dict(embedding_scale=-1.0),
+            r"`embedding_scale` must be a finite number > 0\. Received: embedding_scale=-1\.0",
+        ),
         (dict(tie_embeddings="no"), r"`tie_embeddings` must be True or False\. Received: tie_embeddings='no'"),
         (dict(position_options={"max_wavelength": 5e5}), r"position='learned' takes none"),
         (dict(position="rotary", position_options={"theta": 5e5}), r"`position_options` do not fit position='rotary'"),

@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 from backend import forward
 
-from keras_tfam.generation import DecodingModel, check_protocol
+from keras_tfam.engine.xla_cpu import XLA_CPU
+from keras_tfam.generation import DecodingModel, Generator, check_protocol
 from keras_tfam.layers.attention.registry import attention_kinds
 from keras_tfam.models import (
+    GPT2LM,
     KNNLM,
     AttentionPoolingLM,
     DecisionTransformer,
     DecoderLM,
     EarlyExitLM,
-    GPT2LM,
     Transformer,
     TransformerXLLM,
 )
@@ -70,12 +71,30 @@ MODELS = {
     "gpt2_local_layers_alibi": lambda: GPT2LM(**TINY, position="alibi", local_window=3, num_key_value_heads=1),
     # Every option of the Llama family at once (the imported checkpoints' conventions), on a local layer too.
     "gpt2_llama_family_options": lambda: DecoderLM(
-        **TINY, head_dim=6, num_key_value_heads=1, position="rotary", norm="gemma_rms", activation="geglu_tanh",
-        position_options={"max_wavelength": 5e5, "pairing": "half", "scaling": {
-            "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 4}},
-        use_bias=False, attention_options={"qkv_bias": True}, tie_embeddings=False, embedding_scale=2.0,
-        local_window=3, local_layers=[1]),
+        **TINY,
+        head_dim=6,
+        num_key_value_heads=1,
+        position="rotary",
+        norm="gemma_rms",
+        activation="geglu_tanh",
+        position_options={
+            "max_wavelength": 5e5,
+            "pairing": "half",
+            "scaling": {
+                "type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 4,
+            },
+        },
+        use_bias=False,
+        attention_options={"qkv_bias": True},
+        tie_embeddings=False,
+        embedding_scale=2.0,
+        local_window=3,
+        local_layers=[1],
+    ),
     "transformer_xl": _txl,
     "transformer_xl_gtrxl_adaptive_span": lambda: _txl(residual="gru", max_span=6),
     "compressive_transformer": lambda: _txl(compressed_memory_length=4, compression_rate=2),
@@ -83,8 +102,9 @@ MODELS = {
     "knn_lm_over_gpt2": lambda: _knn(GPT2LM(**TINY)),
     "knn_lm_over_transformer_xl": lambda: _knn(_txl()),
     "knn_lm_over_early_exit": lambda: _knn(EarlyExitLM(GPT2LM(**TINY), threshold=1.0)),
-    "attention_pooling": lambda: AttentionPoolingLM(VOCABULARY, context_length=4, num_layers=1, num_heads=2,
-                                                    hidden_dim=8),
+    "attention_pooling": lambda: AttentionPoolingLM(
+        VOCABULARY, context_length=4, num_layers=1, num_heads=2, hidden_dim=8
+    ),
     "transformer": lambda: Transformer(vocabulary_size=VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8),
 }
 
@@ -103,8 +123,11 @@ def full_pass(model, tokens):
     if isinstance(model, (TransformerXLLM, Transformer)) or (
         isinstance(model, KNNLM) and isinstance(model.lm, TransformerXLLM)
     ):
-        return numpy(model.call_with_cache(tokens, model.init_cache(len(tokens), tokens.shape[1],
-                                                                          **cache_inputs(model)), 0).logits)
+        return numpy(
+            model.call_with_cache(
+                tokens, model.init_cache(len(tokens), tokens.shape[1], **cache_inputs(model)), 0
+            ).logits
+        )
     return forward(model, tokens)
 
 
@@ -162,12 +185,27 @@ def test_greedy_generate_is_the_argmax_of_the_full_pass_on_the_growing_sequence(
             assert int(logits[row, t - 1].argmax()) == int(generated[row, t]), (row, t)
 
 
+def test_greedy_tokens_are_the_same_with_the_engine_on_and_off(model):
+    """The plain engine (Keras' own computation) and the XLA-CPU engine's forms (the same sums in another order,
+    or exactly) choose the same float32 greedy tokens, for one sequence (one-row forms) and a batch (a few rows)."""
+    generator = Generator.for_model(model)
+    for prompts in ([[3, 1, 4, 1, 5]], [[3, 1, 4, 1, 5], [9, 2, 6]]):
+        options = dict(max_new_tokens=4, jit_compile=JIT)
+        if isinstance(model, Transformer):
+            prompts = np.ones((len(prompts), 1), "int32")  # the start token, then the target
+            options["cache_inputs"] = {"source": _source()[: len(prompts)]}
+        plain = generator.generate(prompts, engine="plain", **options)
+        for engine in ("auto", XLA_CPU):
+            np.testing.assert_array_equal(generator.generate(prompts, engine=engine, **options), plain)
+
+
 def test_decision_transformer_actions_depend_on_the_past_only():
     # Not a token LM (its inputs are trajectories): decoding it means predicting each action from the
     # trajectory so far, which must equal the full pass's prediction there.
     keras.utils.set_random_seed(4)
-    model = DecisionTransformer(state_dim=3, num_actions=4, max_timestep=20, hidden_dim=8, num_layers=1, num_heads=2,
-                                dropout=0.0)
+    model = DecisionTransformer(
+        state_dim=3, num_actions=4, max_timestep=20, hidden_dim=8, num_layers=1, num_heads=2, dropout=0.0
+    )
     rng = np.random.default_rng(2)
     inputs = {
         "returns_to_go": rng.normal(size=(1, 6)).astype("float32"),

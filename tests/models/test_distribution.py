@@ -72,7 +72,9 @@ def test_model_and_data_parallel_training_equal_one_device():
         "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip(),
         "TF_CPP_MIN_LOG_LEVEL": "3",
     }
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=environment, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=environment, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert results["devices"] == 2

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from backend import greedy_by_full_passes
 
-from keras_tfam.models import EarlyExitLM, GPT2LM, grid_search_threshold, learn_then_test
+from keras_tfam.models import GPT2LM, EarlyExitLM, grid_search_threshold, learn_then_test
 
 rng = np.random.default_rng(0)
 TINY = dict(vocabulary_size=61, num_layers=3, num_heads=4, hidden_dim=32, max_sequence_length=48)
@@ -69,7 +69,9 @@ def test_exit_after_the_first_layer_and_state_propagation(options):
     for block, layer_cache in zip(gpt2.transformer_blocks[1:], cache[1:]):
         attention = block.self_attention_layer
         _, expected = attention(
-            block.self_attention_norm(exit_state), cache=np.asarray(layer_cache) * 0, cache_update_index=5,
+            block.self_attention_norm(exit_state),
+            cache=np.asarray(layer_cache) * 0,
+            cache_update_index=5,
             use_causal_mask=True,
         )
         slot = 5 % layer_cache.shape[2]

@@ -25,8 +25,16 @@ def test_cached_generation_equals_uncached_passes(kind):
     # Training steps are the layers' harness (a compiled fit) and benchmarks/efficient_attention.py's quality runs.
     assert kind in ATTENTIONS
     keras.utils.set_random_seed(1)
-    model = GPT2LM(61, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=32, position="rotary",
-                   attention=kind, attention_options=KINDS[kind])
+    model = GPT2LM(
+        61,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        max_sequence_length=32,
+        position="rotary",
+        attention=kind,
+        attention_options=KINDS[kind],
+    )
     prompts = [[5, 8, 11], [40, 43, 46, 49, 52]]
     # XLA on JAX (eager JAX is slow); a plain graph on TensorFlow (XLA compiles slowly; test_gpt2_lm has it).
     generated = model.generate(prompts, max_new_tokens=8, jit_compile=keras.config.backend() == "jax")
@@ -41,8 +49,21 @@ def test_the_cli_builds_every_registered_kind_from_its_flags():
 
     for kind, options in KINDS.items():
         args = build_parser().parse_args(
-            ["train", "--attention", kind, "--attention-options", json.dumps(options), "--sequence-length", "32",
-             "--num-layers", "1", "--hidden-dim", "16", "--num-heads", "2"]
+            [
+                "train",
+                "--attention",
+                kind,
+                "--attention-options",
+                json.dumps(options),
+                "--sequence-length",
+                "32",
+                "--num-layers",
+                "1",
+                "--hidden-dim",
+                "16",
+                "--num-heads",
+                "2",
+            ]
         )
         config = load_config("gpt2_tiny", overrides_from_args(args))
         model = build_model(config, vocabulary_size=50)
@@ -50,4 +71,3 @@ def test_the_cli_builds_every_registered_kind_from_its_flags():
         assert isinstance(layer, ATTENTIONS[kind])
         assert all(getattr(layer, name) == value for name, value in options.items())
         assert np.asarray(model(np.zeros((1, 32), "int32"))).shape == (1, 32, 50)
-

@@ -95,7 +95,9 @@ def test_the_first_fit_traces_its_step_once_and_trains_as_keras_does():
         if fit is GPT2LM.fit and keras.config.backend() == "tensorflow":
             train_step = model.train_step
             model.train_step = lambda data: (traces.append(data), train_step(data))[1]
-        model.compile(optimizer=keras.optimizers.AdamW(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.AdamW(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
         fit(model, x, x, batch_size=8, epochs=2, verbose=0)
         models.append(model)
     assert len(traces) == (1 if keras.config.backend() == "tensorflow" else 0)
@@ -108,7 +110,9 @@ def test_the_first_fit_traces_its_step_once_and_trains_as_keras_does():
         np.testing.assert_allclose(np.asarray(ours), np.asarray(keras_own), rtol=0, atol=tolerance)
 
 
-@pytest.mark.parametrize("options", [{}, {"position": "alibi"}, {"attention": "linear"}], ids=["gpt2", "alibi", "linear"])
+@pytest.mark.parametrize(
+    "options", [{}, {"position": "alibi"}, {"attention": "linear"}], ids=["gpt2", "alibi", "linear"]
+)
 def test_cached_logits_across_a_cache_resize_equal_the_full_pass(options):
     model = tiny(max_sequence_length=160, **options)
     tokens = rng.integers(0, 61, size=(2, 100)).astype("int32")
@@ -120,7 +124,9 @@ def test_cached_logits_across_a_cache_resize_equal_the_full_pass(options):
     np.testing.assert_allclose(cached, np.asarray(model(tokens)), atol=1e-4)
 
 
-@pytest.mark.parametrize("options", [{}, {"position": "alibi"}, {"attention": "linear"}], ids=["gpt2", "alibi", "linear"])
+@pytest.mark.parametrize(
+    "options", [{}, {"position": "alibi"}, {"attention": "linear"}], ids=["gpt2", "alibi", "linear"]
+)
 def test_greedy_over_a_buffer_whose_caches_grow_in_segments(options):
     # Prompts of 3 and 70 tokens + 200 new: a 270-position buffer, caches grown at 135.
     model = tiny(max_sequence_length=300, **options)
@@ -185,11 +191,15 @@ def test_compiled_loop_is_reused_for_equal_shapes():
 
 def test_generate_bad_input():
     model = tiny()
-    with pytest.raises(ValueError, match=r"Token ids must be in \[0, 61\).*Received: token id 61 at prompt 1, position 2"):
+    with pytest.raises(
+        ValueError, match=r"Token ids must be in \[0, 61\).*Received: token id 61 at prompt 1, position 2"
+    ):
         model.generate([[1, 2], [3, 4, 61]], 4)
     with pytest.raises(ValueError, match=r"Received: token id -1 at prompt 0, position 0"):
         model.generate([[-1, 2]], 4)
-    with pytest.raises(ValueError, match="Prompt length 40 \\+ max_new_tokens 9 = 49 exceeds the model's context of 48"):
+    with pytest.raises(
+        ValueError, match="Prompt length 40 \\+ max_new_tokens 9 = 49 exceeds the model's context of 48"
+    ):
         model.generate([list(range(40))], 9, overflow="error")
     with pytest.raises(ValueError, match="empty prompt at row 1"):
         model.generate([[3], []], 4)
@@ -229,6 +239,4 @@ def test_keras_save_load(tmp_path):
 
 def test_generate_eager_without_xla_matches():
     model = tiny()
-    np.testing.assert_array_equal(
-        model.generate([[3, 1, 4]], 6, jit_compile=False), model.generate([[3, 1, 4]], 6)
-    )
+    np.testing.assert_array_equal(model.generate([[3, 1, 4]], 6, jit_compile=False), model.generate([[3, 1, 4]], 6))

@@ -40,8 +40,11 @@ def test_a_local_layer_sees_only_its_window():
     assert np.all(difference[3 : 3 + W] > 0) and np.all(difference[3 + W :] == 0)
 
 
-@pytest.mark.parametrize("options", [{}, {"position": "rotary", "num_key_value_heads": 2}, {"position": "alibi"}],
-                         ids=["learned", "rotary", "alibi"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"position": "rotary", "num_key_value_heads": 2}, {"position": "alibi"}],
+    ids=["learned", "rotary", "alibi"],
+)
 def test_ring_and_full_caches_token_by_token_equal_the_full_pass(options):
     model = tiny(**options)
     length = 3 * W + 5

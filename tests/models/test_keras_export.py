@@ -23,8 +23,9 @@ def test_exported_savedmodel_serves_the_model_s_logits_at_any_length(kind, tmp_p
     if kind == "llama":
         model = from_huggingface(LLAMA)
     else:
-        model = GPT2LM.from_preset("gpt2_tiny", vocabulary_size=64, num_layers=1, hidden_dim=32, num_heads=2,
-                                   max_sequence_length=16)
+        model = GPT2LM.from_preset(
+            "gpt2_tiny", vocabulary_size=64, num_layers=1, hidden_dim=32, num_heads=2, max_sequence_length=16
+        )
     inputs = {length: np.random.default_rng(length).integers(0, 64, (2, length)).astype("int32") for length in (5, 9)}
     expected = {length: keras.ops.convert_to_numpy(model(ids)).tolist() for length, ids in inputs.items()}
     path = str(tmp_path / "export")
@@ -35,15 +36,20 @@ def test_exported_savedmodel_serves_the_model_s_logits_at_any_length(kind, tmp_p
         import numpy as np
         import tensorflow as tf
         served = tf.saved_model.load({path!r})
-        inputs = {{int(k): np.array(v, np.int32) for k, v in {json.dumps({k: v.tolist() for k, v in inputs.items()})}.items()}}
+        given = {json.dumps({k: v.tolist() for k, v in inputs.items()})}
+        inputs = {{int(k): np.array(v, np.int32) for k, v in given.items()}}
         logits = {{k: np.asarray(served.serve(v)).tolist() for k, v in inputs.items()}}
         modules = [m for m in ("keras_tfam", "keras", "jax") if m in sys.modules]
         print(json.dumps(dict(logits=logits, modules=modules)))
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, cwd="/",
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        cwd="/",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])
@@ -59,13 +65,25 @@ def test_transformer_xl_and_the_encoder_decoder_export_too(tmp_path):
     from keras_tfam.models import Transformer, TransformerXLLM
 
     rng = np.random.default_rng(0)
-    xl = TransformerXLLM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32,
-                         memory_length=4, context_length=6)
+    xl = TransformerXLLM(
+        vocabulary_size=64,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        memory_length=4,
+        context_length=6,
+    )
     seq2seq = Transformer(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32)
     inputs = {
         "xl": [rng.integers(0, 64, (2, length)).astype("int32") for length in (6, 9)],
-        "seq2seq": [{"source": rng.integers(0, 64, (2, 7)).astype("int32"),
-                     "target": rng.integers(0, 64, (2, length)).astype("int32")} for length in (3, 5)],
+        "seq2seq": [
+            {
+                "source": rng.integers(0, 64, (2, 7)).astype("int32"),
+                "target": rng.integers(0, 64, (2, length)).astype("int32"),
+            }
+            for length in (3, 5)
+        ],
     }
     expected = {
         "xl": [keras.ops.convert_to_numpy(xl(ids)).tolist() for ids in inputs["xl"]],
@@ -73,10 +91,12 @@ def test_transformer_xl_and_the_encoder_decoder_export_too(tmp_path):
     }
     for name, model in (("xl", xl), ("seq2seq", seq2seq)):
         model.export(str(tmp_path / name), format="tf_saved_model", verbose=False)
-    as_lists = json.dumps({
-        "xl": [ids.tolist() for ids in inputs["xl"]],
-        "seq2seq": [{key: value.tolist() for key, value in pair.items()} for pair in inputs["seq2seq"]],
-    })
+    as_lists = json.dumps(
+        {
+            "xl": [ids.tolist() for ids in inputs["xl"]],
+            "seq2seq": [{key: value.tolist() for key, value in pair.items()} for pair in inputs["seq2seq"]],
+        }
+    )
     script = textwrap.dedent(
         f"""
         import json
@@ -93,8 +113,12 @@ def test_transformer_xl_and_the_encoder_decoder_export_too(tmp_path):
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, cwd="/",
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        cwd="/",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from reference import softmax
 
-from keras_tfam.models import KNNLM, EarlyExitLM, GPT2LM
+from keras_tfam.models import GPT2LM, KNNLM, EarlyExitLM
 from keras_tfam.retrieval import Datastore
 from keras_tfam.retrieval.datastore import logits_and_hidden_states
 
@@ -100,7 +100,9 @@ def test_over_an_early_exit_lm_that_never_exits():
     datastore = Datastore.from_model(gpt2, inputs, targets, k=4)
     tokens = rng.integers(0, 61, size=(2, 7))
     np.testing.assert_allclose(
-        np.asarray(KNNLM(early_exit, datastore, 0.5)(tokens)), np.asarray(KNNLM(gpt2, datastore, 0.5)(tokens)), atol=1e-5
+        np.asarray(KNNLM(early_exit, datastore, 0.5)(tokens)),
+        np.asarray(KNNLM(gpt2, datastore, 0.5)(tokens)),
+        atol=1e-5,
     )
     prompts = [[3, 5, 8], [2]]
     np.testing.assert_array_equal(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from keras_tfam.convert import HuggingFaceTokenizer
-from keras_tfam.models import DecoderLM, GPT2LM, TransformerXLLM, from_huggingface, load_preset
+from keras_tfam.models import GPT2LM, DecoderLM, TransformerXLLM, from_huggingface, load_preset
 
 LLAMA = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf-llama-tiny")
 

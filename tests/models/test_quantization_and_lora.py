@@ -7,6 +7,7 @@ from backend import greedy_by_full_passes, greedy_rows_by_full_passes
 
 from keras_tfam.layers import TiedEmbedding
 from keras_tfam.models import GPT2LM
+from keras_tfam.models.lora import sublayers
 
 TINY = dict(vocabulary_size=61, num_layers=2, num_heads=4, hidden_dim=32, max_sequence_length=48)
 rng = np.random.default_rng(0)
@@ -77,7 +78,9 @@ def test_lora_trains_only_its_factors_and_saves_merged(tmp_path):
     before = numpy(model(tokens))
     frozen = {v.path: v.numpy() for v in model.weights}
     adapted = model.enable_lora(2)
-    assert sorted(adapted) == [f"transformer_block_{i}/softmax_attention_{i}/{name}" for i in range(2) for name in ("query", "value")]
+    assert sorted(adapted) == [
+        f"transformer_block_{i}/softmax_attention_{i}/{name}" for i in range(2) for name in ("query", "value")
+    ]
     assert sorted(v.path for v in model.trainable_weights) == sorted(
         f"{path}/lora_kernel_{ab}" for path in adapted for ab in "ab"
     )
@@ -103,6 +106,29 @@ def test_lora_trains_only_its_factors_and_saves_merged(tmp_path):
     np.testing.assert_allclose(numpy(loaded(tokens)), tuned, rtol=1e-5, atol=1e-5)
 
 
+def test_sublayers_finds_every_layer_that_owns_a_weight_once_through_lists_and_dicts():
+    class Holder(keras.layers.Layer):
+        def __init__(self, shared, **kwargs):
+            super().__init__(**kwargs)
+            self.by_name = {"a": keras.layers.Dense(2, name="a"), "pair": [keras.layers.Dense(2, name="b"), shared]}
+            self.shared = shared
+
+        def call(self, x):
+            return self.shared(self.by_name["pair"][0](self.by_name["a"](x)))
+
+    shared = keras.layers.Dense(2, name="shared")
+    outer = Holder(Holder(shared, name="inner"), name="outer")
+    outer(np.zeros((1, 2), "float32"))
+    assert [layer.name for layer in sublayers(outer)] == ["a", "b", "inner", "a", "b", "shared"]
+    model = tiny()
+    model(np.zeros((1, 4), "int32"))
+    found = sublayers(model)
+    assert len({id(layer) for layer in found}) == len(found) and model not in found
+    # Every weight's owner (its path without the variable's name) is found.
+    owners = {v.path.rsplit("/", 1)[0] for v in model.weights}
+    assert owners <= {layer.path for layer in found}, owners - {layer.path for layer in found}
+
+
 def test_lora_refuses_a_bad_rank_or_target():
     model = tiny()
     with pytest.raises(ValueError, match="Received: rank=0"):
@@ -116,17 +142,24 @@ def test_a_quantized_transformer_xl_saves_loads_and_saves_again(tmp_path):
     # config must leave each layer its own policy there, or saving it again fails.
     from keras_tfam.models import TransformerXLLM
 
-    model = TransformerXLLM(vocabulary_size=61, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
-                            memory_length=4, context_length=6)
+    model = TransformerXLLM(
+        vocabulary_size=61,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        memory_length=4,
+        context_length=6,
+    )
     tokens = rng.integers(0, 61, size=(2, 6)).astype("int32")
     model(tokens)
     model.quantize("int8")
     logits = numpy(model(tokens))
-    quantized = sorted(layer.path for layer in model._flatten_layers() if layer.quantization_mode == "int8")
+    quantized = sorted(layer.path for layer in sublayers(model) if layer.quantization_mode == "int8")
     assert "token_embedding" in quantized and len(quantized) > 8
     for round_trip in range(2):
         path = tmp_path / f"txl_{round_trip}.keras"
         model.save(path)
         model = keras.saving.load_model(path)
-        assert sorted(layer.path for layer in model._flatten_layers() if layer.quantization_mode == "int8") == quantized
+        assert sorted(layer.path for layer in sublayers(model) if layer.quantization_mode == "int8") == quantized
         np.testing.assert_array_equal(numpy(model(tokens)), logits)

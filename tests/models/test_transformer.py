@@ -54,7 +54,8 @@ def test_beam_search_finds_the_best_sequence():
         candidates = []
         for length in range(1, 4):
             sequences = [
-                sequence for sequence in itertools.product(range(4), repeat=length)
+                sequence
+                for sequence in itertools.product(range(4), repeat=length)
                 if EOS not in sequence[:-1] and (length == 3 or sequence[-1] == EOS)  # ends once, or is cut at 3
             ]
             candidates += zip(log_probs(row, sequences), sequences)
@@ -104,10 +105,18 @@ def reverser():
     )
     steps = 400
     schedule = keras.optimizers.schedules.CosineDecay(0.0, steps, warmup_target=3e-3, warmup_steps=40)
-    model.compile(keras.optimizers.Adam(schedule), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    model.compile(
+        keras.optimizers.Adam(schedule), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True
+    )
     source, target = reversal_batch(data, 64 * steps)
-    model.fit({"source": source, "target": target[:, :-1]}, target[:, 1:], sample_weight=(target[:, 1:] != PAD).astype("float32"),
-              batch_size=64, epochs=1, verbose=0)
+    model.fit(
+        {"source": source, "target": target[:, :-1]},
+        target[:, 1:],
+        sample_weight=(target[:, 1:] != PAD).astype("float32"),
+        batch_size=64,
+        epochs=1,
+        verbose=0,
+    )
     return model, reversal_batch(data, 300)
 
 
@@ -157,8 +166,9 @@ def test_learns_to_reverse_sequences_and_its_compiled_beam_search_equals_the_hos
         assert accuracy >= 0.99, (beam_size, accuracy)
     source = source[:40]
     for beam_size, length_penalty in ((4, 0.6), (3, 0.0)):
-        compiled = model.generate(source, BOS, EOS, max_length=REVERSE_LENGTH + 1, beam_size=beam_size,
-                                  length_penalty=length_penalty)
+        compiled = model.generate(
+            source, BOS, EOS, max_length=REVERSE_LENGTH + 1, beam_size=beam_size, length_penalty=length_penalty
+        )
         host = host_beam_search(model, source, REVERSE_LENGTH + 1, beam_size, length_penalty)
         np.testing.assert_array_equal(compiled, host)
 

@@ -101,13 +101,16 @@ def test_fit_on_a_stateful_stream_learns_what_only_the_memory_shows():
     rows = np.repeat(rng.integers(0, 37, size=(batch, 20, period)), 4, axis=1).reshape(batch, -1)[:, :477]
     x, y = stateful_stream(rows, segment, batch)
     model = tiny(memory_length=8, num_layers=1, hidden_dim=32)
-    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=True)
+    model.compile(
+        keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True
+    )
     history = model.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0)
     assert history.history["loss"][-1] < 0.6 * np.log(37)
 
 
-@pytest.mark.parametrize("options", [{}, {"compressed_memory_length": 4, "compression_rate": 2}], ids=["xl", "compressive"])
+@pytest.mark.parametrize(
+    "options", [{}, {"compressed_memory_length": 4, "compression_rate": 2}], ids=["xl", "compressive"]
+)
 def test_a_partial_last_batch_continues_the_streams_of_its_rows(options):
     # 10 segments at batch 4: the last batch holds rows 0 and 1 only (a raw reshape error before). Those
     # continue their streams (segments 0, 4, 8 and 1, 5, 9); rows 2 and 3 keep their memory (2, 6 and 3, 7).
@@ -122,7 +125,9 @@ def test_a_partial_last_batch_continues_the_streams_of_its_rows(options):
             cache = model.call_with_cache(x[segment : segment + 1], cache).cache
         for stored, expected in zip(model.memory_state(), cache):
             for name in expected:
-                np.testing.assert_allclose(np.asarray(stored[name])[row : row + 1], np.asarray(expected[name]), atol=1e-5)
+                np.testing.assert_allclose(
+                    np.asarray(stored[name])[row : row + 1], np.asarray(expected[name]), atol=1e-5
+                )
 
 
 def test_compressive_training_adds_the_reconstruction_loss():

@@ -40,8 +40,9 @@ def test_rounds_together_are_attention_over_the_union_without_self(causal):
     t, h, rounds = 24, 4, 3
     q, v = rng.normal(size=(2, 1, 2, t, h)).astype("float32")
     buckets = rng.integers(0, 4, size=(1, 2, rounds, t)).astype("int32")
-    out = np.asarray(chunked_bucket_attention(q, q, v, buckets, buckets, 4, causal=causal, exclude_self=True,
-                                              deduplicate=True))
+    out = np.asarray(
+        chunked_bucket_attention(q, q, v, buckets, buckets, 4, causal=causal, exclude_self=True, deduplicate=True)
+    )
     for head in range(2):
         seen = _seen_by(buckets[0, head], 4, causal)
         others = seen & ~np.eye(t, dtype=bool)
@@ -66,7 +67,9 @@ def test_separate_query_and_key_buckets_padding_and_unseen_queries():
     near = (slot_k[None] == slot_q[:, None]) | (slot_k[None] == (slot_q[:, None] - 1) % 4)
     allowed = near & (query_buckets[0, 0, 0][:, None] == key_buckets[0, 0, 0][None]) & padding[0][None]
     scores = np.where(allowed, q[0, 0] @ k[0, 0].T / 2.0, -np.inf)
-    expected = np.where(allowed.any(-1, keepdims=True), softmax(np.where(allowed.any(-1, keepdims=True), scores, 0.0)) @ v[0, 0], 0.0)
+    expected = np.where(
+        allowed.any(-1, keepdims=True), softmax(np.where(allowed.any(-1, keepdims=True), scores, 0.0)) @ v[0, 0], 0.0
+    )
     np.testing.assert_allclose(out[0, 0], expected, rtol=1e-4, atol=1e-5)
 
 
@@ -81,6 +84,12 @@ def test_unknown_length_in_a_graph_equals_the_static_form(length):
     def attend(q, v, buckets):
         return chunked_bucket_attention(q, q, v, buckets, buckets, 8, causal=True, exclude_self=True, deduplicate=True)
 
-    graph = tf.function(attend, input_signature=[tf.TensorSpec((None, None, None, 4)), tf.TensorSpec((None, None, None, 4)),
-                                                 tf.TensorSpec((None, None, 2, None), tf.int32)])
+    graph = tf.function(
+        attend,
+        input_signature=[
+            tf.TensorSpec((None, None, None, 4)),
+            tf.TensorSpec((None, None, None, 4)),
+            tf.TensorSpec((None, None, 2, None), tf.int32),
+        ],
+    )
     np.testing.assert_allclose(graph(q, v, buckets), attend(q, v, buckets), rtol=1e-5, atol=1e-6)

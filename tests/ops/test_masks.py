@@ -19,9 +19,7 @@ def test_causal_with_cache_offset_hides_unwritten_slots():
 def test_sliding_window():
     i, j = np.meshgrid(np.arange(6), np.arange(6), indexing="ij")
     np.testing.assert_array_equal(sliding_window_mask(6, window=3)[0], (i - j >= 0) & (i - j < 3))
-    np.testing.assert_array_equal(
-        sliding_window_mask(6, window=2, causal=False)[0], np.abs(i - j) < 2
-    )
+    np.testing.assert_array_equal(sliding_window_mask(6, window=2, causal=False)[0], np.abs(i - j) < 2)
     with pytest.raises(ValueError, match="Received: window=0"):
         sliding_window_mask(6, window=0)
 

@@ -34,8 +34,10 @@ def test_a_bad_boolean_is_a_one_line_usage_error():
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["train", "--attention-options", "[1, 2]"], "argument --attention-options: must be a JSON object. "
-                                                     "Received: a JSON list, '[1, 2]'"),
+        (
+            ["train", "--attention-options", "[1, 2]"],
+            "argument --attention-options: must be a JSON object. Received: a JSON list, '[1, 2]'",
+        ),
         (["train", "--num-layers", "2.5"], "argument --num-layers: invalid int value: '2.5'"),
         (["eval"], "the following arguments are required: run"),
         (["launch"], "argument command: invalid choice: 'launch'"),

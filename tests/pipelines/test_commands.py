@@ -59,8 +59,14 @@ def _eval_on_a_terminal(args):
     """`(stdout, what a terminal on stderr shows)` of `tfam eval args`."""
     terminal, stderr = pty.openpty()
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "eval", *args], cwd=REPO, env=environment,
-                               stdout=subprocess.PIPE, stderr=stderr, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "eval", *args],
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
     os.close(stderr)
     shown = b""
     while True:

@@ -12,8 +12,17 @@ from pipelines.config import load_config, parse_bool
 
 @pytest.mark.parametrize(
     "text, value",
-    [("true", True), ("YES", True), ("On", True), ("1", True), ("false", False), ("no", False), ("OFF", False),
-     ("0", False), (" Yes ", True)],
+    [
+        ("true", True),
+        ("YES", True),
+        ("On", True),
+        ("1", True),
+        ("false", False),
+        ("no", False),
+        ("OFF", False),
+        ("0", False),
+        (" Yes ", True),
+    ],
 )
 def test_boolean_flags_take_the_usual_spellings(text, value):
     assert parse_bool(text) is value
@@ -68,8 +77,10 @@ def test_model_options_out_of_range_are_refused(model, overrides, received):
 
 def test_zero_memory_is_a_transformer_xl_setting():
     # `memory_length 0` (no memory) was refused as "not a positive integer"; the model takes it.
-    config = load_config("gpt2_tiny", {"model": "transformer_xl_tiny", "memory_length": 0,
-                                       "compressed_memory_length": 0, "span_penalty": 0.0})
+    config = load_config(
+        "gpt2_tiny",
+        {"model": "transformer_xl_tiny", "memory_length": 0, "compressed_memory_length": 0, "span_penalty": 0.0},
+    )
     assert config.model_options["memory_length"] == 0
     from pipelines.training import build_model
 
@@ -87,10 +98,19 @@ def test_local_layers_with_a_window_are_accepted():
 def test_numpy_scalars_are_stored_as_python_numbers():
     import numpy as np
 
-    config = load_config("gpt2_tiny", {"batch_size": np.int64(4), "learning_rate": np.float32(0.5),
-                                       "num_layers": np.int32(2), "dropout": np.float64(0.25)})
+    config = load_config(
+        "gpt2_tiny",
+        {
+            "batch_size": np.int64(4),
+            "learning_rate": np.float32(0.5),
+            "num_layers": np.int32(2),
+            "dropout": np.float64(0.25),
+        },
+    )
     assert (config.batch_size, config.learning_rate) == (4, 0.5) and type(config.batch_size) is int
-    assert config.model_options == {"num_layers": 2, "dropout": 0.25} and type(config.model_options["num_layers"]) is int
+    assert (
+        config.model_options == {"num_layers": 2, "dropout": 0.25} and type(config.model_options["num_layers"]) is int
+    )
     json.dumps(config.to_dict())  # config.json can hold it
 
 

@@ -23,8 +23,13 @@ def test_exported_generate_exits_early_as_the_model_does(tmp_path):
     assert not np.array_equal(expected, gpt2.generate([[5, 17, 3, 2], [9, 4]], 10))  # the exits matter
     signature = tf.saved_model.load(export_model(model, str(tmp_path / "export"))).signatures["generate"]
     out = signature(
-        token_ids=tf.constant(prompts), lengths=tf.constant([4, 2]), max_new_tokens=tf.constant(10),
-        temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0), seed=tf.constant(0),
+        token_ids=tf.constant(prompts),
+        lengths=tf.constant([4, 2]),
+        max_new_tokens=tf.constant(10),
+        temperature=tf.constant(0.0),
+        top_k=tf.constant(0),
+        top_p=tf.constant(1.0),
+        seed=tf.constant(0),
     )["token_ids"].numpy()
     np.testing.assert_array_equal(out, expected)
 
@@ -61,9 +66,13 @@ def test_eval_knn_bad_input_is_one_clear_line(trained_run, small_wikitext, optio
 
 def _greedy_request(signature, prompts, lengths, max_new_tokens):
     return signature(
-        token_ids=tf.constant(prompts, tf.int32), lengths=tf.constant(lengths, tf.int32),
-        max_new_tokens=tf.constant(max_new_tokens), temperature=tf.constant(0.0), top_k=tf.constant(0),
-        top_p=tf.constant(1.0), seed=tf.constant(0),
+        token_ids=tf.constant(prompts, tf.int32),
+        lengths=tf.constant(lengths, tf.int32),
+        max_new_tokens=tf.constant(max_new_tokens),
+        temperature=tf.constant(0.0),
+        top_k=tf.constant(0),
+        top_p=tf.constant(1.0),
+        seed=tf.constant(0),
     )["token_ids"].numpy()
 
 
@@ -86,9 +95,14 @@ def test_generate_signature_refuses_max_new_tokens_past_the_export_limit(tmp_pat
     keras.utils.set_random_seed(3)
     model = GPT2LM(vocabulary_size=29, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
     loaded = tf.saved_model.load(export_model(model, str(tmp_path / "export"), max_new_tokens_limit=20))
-    np.testing.assert_array_equal(_greedy_request(loaded.signatures["generate"], [[5, 2]], [2], 20), model.generate([[5, 2]], 20))
+    np.testing.assert_array_equal(
+        _greedy_request(loaded.signatures["generate"], [[5, 2]], [2], 20), model.generate([[5, 2]], 20)
+    )
     for asked in (21, 2**31 - 1, 0, -3):
-        with pytest.raises(tf.errors.InvalidArgumentError, match=rf"max_new_tokens. must be in \[1, 20\].*Received: max_new_tokens={asked}"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=rf"max_new_tokens. must be in \[1, 20\].*Received: max_new_tokens={asked}",
+        ):
             _greedy_request(loaded.signatures["generate"], [[5, 2]], [2], asked)
     with pytest.raises(ValueError, match="max_new_tokens_limit"):
         export_model(model, str(tmp_path / "other"), max_new_tokens_limit=0)

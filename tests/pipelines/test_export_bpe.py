@@ -23,7 +23,11 @@ LINES = [
 
 def _run(script, cwd):
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300, cwd=cwd,
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""},
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -33,8 +37,9 @@ def _run(script, cwd):
 def test_token_signatures_load_without_tensorflow_text(tmp_path):
     tokenizer = BPETokenizer.train(LINES, vocabulary_size=300)
     keras.utils.set_random_seed(0)
-    model = GPT2LM(vocabulary_size=tokenizer.vocabulary_size, num_layers=1, num_heads=2, hidden_dim=16,
-                   max_sequence_length=32)
+    model = GPT2LM(
+        vocabulary_size=tokenizer.vocabulary_size, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=32
+    )
     version = export_model(model, str(tmp_path / "models"), tokenizer)
     text_version = os.path.join(text_export_dir(str(tmp_path / "models")), "1")
     assert version == str(tmp_path / "models" / "1") and os.path.isdir(text_version)

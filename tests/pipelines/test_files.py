@@ -80,8 +80,13 @@ def test_damaged_json_names_the_file(tmp_path):
 
 
 def test_only_temporaries_are_removed(tmp_path):
-    for name in (".tmp-1a2b3c4d-best.keras", "incomplete-epoch-3.weights.h5", "training_metadata.json.tmp",
-                 "best.keras", "epoch-3.weights.h5"):
+    for name in (
+        ".tmp-1a2b3c4d-best.keras",
+        "incomplete-epoch-3.weights.h5",
+        "training_metadata.json.tmp",
+        "best.keras",
+        "epoch-3.weights.h5",
+    ):
         (tmp_path / name).write_text("x")
     (tmp_path / ".tmp-5e6f7a8b-tokenizer").mkdir()
     (tmp_path / ".tmp-5e6f7a8b-tokenizer" / "vocab.txt").write_text("x")

@@ -81,7 +81,9 @@ def test_the_export_serves_text_in_a_tensorflow_only_process(fine_tuned):
     expected = []
     for prompt in prompts:
         ids = [tokenizer.eos_id] + np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values).tolist()
-        expected.append(tokenizer.detokenize(model.generate([ids], max_new_tokens=8)[:, len(ids):]).numpy()[0].decode())
+        expected.append(
+            tokenizer.detokenize(model.generate([ids], max_new_tokens=8)[:, len(ids) :]).numpy()[0].decode()
+        )
     # Clients in plain TensorFlow: text in and out of `generate_text` (the tokenizer in the graph, tensorflow-text's
     # ops), and token ids through `generate` with the `tokenizers` library reading the files carried in the export.
     script = textwrap.dedent(
@@ -105,8 +107,12 @@ def test_the_export_serves_text_in_a_tensorflow_only_process(fine_tuned):
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, cwd="/",
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        cwd="/",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])

@@ -51,14 +51,25 @@ def test_without_bfloat16_units_the_cpu_runs_xla_in_float32(monkeypatch):
     "table, chosen",
     [
         # A small model (nanoGPT's CPU recipe on an AMX Xeon): XLA's fused float32 step wins.
-        ({"xla/float32": 0.046, "xla/mixed_bfloat16": 0.051, "onednn/float32": 0.057, "onednn/mixed_bfloat16": 0.053},
-         "xla/float32"),
+        (
+            {
+                "xla/float32": 0.046,
+                "xla/mixed_bfloat16": 0.051,
+                "onednn/float32": 0.057,
+                "onednn/mixed_bfloat16": 0.053,
+            },
+            "xla/float32",
+        ),
         # A large one: oneDNN's bfloat16 matmuls win by more than the margin.
-        ({"xla/float32": 2.0, "xla/mixed_bfloat16": 2.4, "onednn/float32": 2.2, "onednn/mixed_bfloat16": 1.0},
-         "onednn/mixed_bfloat16"),
+        (
+            {"xla/float32": 2.0, "xla/mixed_bfloat16": 2.4, "onednn/float32": 2.2, "onednn/mixed_bfloat16": 1.0},
+            "onednn/mixed_bfloat16",
+        ),
         # bfloat16 faster, but by less than the margin: float32 (it does not round the activations).
-        ({"xla/float32": 1.1, "xla/mixed_bfloat16": 1.3, "onednn/float32": 1.5, "onednn/mixed_bfloat16": 1.0},
-         "xla/float32"),
+        (
+            {"xla/float32": 1.1, "xla/mixed_bfloat16": 1.3, "onednn/float32": 1.5, "onednn/mixed_bfloat16": 1.0},
+            "xla/float32",
+        ),
     ],
 )
 def test_with_bfloat16_units_each_open_path_is_measured_and_the_fastest_kept(monkeypatch, table, chosen):
@@ -85,16 +96,22 @@ def test_the_measurement_times_the_runs_own_step_and_restores_the_dtype_policy()
         built.append(keras.mixed_precision.global_policy().name)
         return GPT2LM(vocabulary_size=32, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=8)
 
-    seconds = training_step_seconds(build, lambda: keras.optimizers.AdamW(1e-3), 2, 8, 32, False, "mixed_bfloat16",
-                                    min_steps=2, min_seconds=0.0)
+    seconds = training_step_seconds(
+        build, lambda: keras.optimizers.AdamW(1e-3), 2, 8, 32, False, "mixed_bfloat16", min_steps=2, min_seconds=0.0
+    )
     assert seconds > 0 and built == ["mixed_bfloat16"]
     assert keras.mixed_precision.global_policy().name == "float32"
 
 
 def test_a_run_measures_its_own_model_and_optimizer_on_each_open_path(tmp_path, monkeypatch):
     monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2 avx512f amx_bf16")
-    config = TrainConfig(out=str(tmp_path), jit="off", sequence_length=8, batch_size=2,
-                         model_options={"num_layers": 1, "num_heads": 2, "hidden_dim": 16})
+    config = TrainConfig(
+        out=str(tmp_path),
+        jit="off",
+        sequence_length=8,
+        batch_size=2,
+        model_options={"num_layers": 1, "num_heads": 2, "hidden_dim": 16},
+    )
     path = _kernel_path(str(tmp_path), config, ONE_DEVICE, 64)
     assert set(path["measured_ms"]) == {"onednn/float32", "onednn/mixed_bfloat16"}
     assert path["jit_compile"] is False and "amx_bf16: measured (the training step" in path["reason"]
@@ -139,34 +156,58 @@ def test_an_xla_path_on_a_cpu_records_the_vector_width_in_force(monkeypatch):
     assert "xla_cpu_vector_width" not in graph and "vectors" not in describe(graph)
 
 
-def test_the_pipelines_pool_tensor_memory_unless_the_user_said_otherwise(monkeypatch):
+def test_importing_the_pipelines_leaves_the_environment_alone(monkeypatch):
     import pipelines
 
     monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    before = dict(os.environ)
     importlib.reload(pipelines)
-    assert os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
-    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
-    importlib.reload(pipelines)
-    assert os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "false"
+    assert dict(os.environ) == before
 
 
-def test_a_cpu_run_records_whether_tensorflow_pools_its_tensor_memory():
-    # Asked of TensorFlow itself, in a fresh process (the allocator is chosen at a process's first tensor):
-    # turned off by the user, the record says so; pooled, it is a run's record in test_training.py.
+# (TF_CPU_ALLOCATOR_USE_BFC, TF_ENABLE_ONEDNN_OPTS) -> pooled. oneDNN is on by default on the CPUs with AVX-512
+# VNNI, BF16 or AMX and off elsewhere, so each case names it: the same answers on every machine kind. With oneDNN
+# on, TensorFlow's CPU allocator is oneDNN's, which pools large blocks whatever the first variable says.
+POOLING = [("false", "0", False), ("true", "0", True), ("false", "1", True), ("true", "1", True)]
+
+
+@pytest.mark.parametrize("use_bfc, onednn, pooled", POOLING)
+def test_a_cpu_run_records_whether_tensorflow_pools_its_tensor_memory(use_bfc, onednn, pooled):
+    # Asked in a fresh process (the allocator is chosen at a process's first tensor), and checked against what
+    # the process's resident memory does when a large tensor is freed: kept when pooled, given back otherwise.
     script = textwrap.dedent("""
-        import json
-        import pipelines
+        import json, os
         import tensorflow as tf
         from pipelines.kernel_path import cpu_tensor_memory_pooled, describe, with_cpu_settings
+
+        def resident():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
         tf.ones((512, 512)) @ tf.ones((512, 512))
         path = with_cpu_settings({"jit_compile": True, "precision": "float32", "reason": "as set"})
-        print(json.dumps([cpu_tensor_memory_pooled(), path, describe(path)]))
+        blocks = [tf.fill([2**25], 2.0) for _ in range(4)]  # 512 MiB, resident
+        held = resident()
+        del blocks
+        kept = held - resident() < 2**28
+        print(json.dumps([cpu_tensor_memory_pooled(), kept, path, describe(path)]))
     """)
-    environment = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "false", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                          env=environment)
+    environment = {
+        **os.environ,
+        "TF_CPU_ALLOCATOR_USE_BFC": use_bfc,
+        "TF_ENABLE_ONEDNN_OPTS": onednn,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        env=environment,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    pooled, path, line = json.loads(done.stdout.splitlines()[-1])
-    assert pooled is False and path["cpu_tensor_memory"] == "TensorFlow's default"
-    assert "pooled" not in line
+    recorded, kept, path, line = json.loads(done.stdout.splitlines()[-1])
+    assert recorded is kept is pooled
+    assert path["cpu_tensor_memory"] == ("pooled" if pooled else "TensorFlow's default")
+    assert ("pooled" in line) is pooled

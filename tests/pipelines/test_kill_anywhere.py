@@ -30,7 +30,6 @@ POINTS = {
 }
 
 
-
 @pytest.mark.parametrize("point", list(POINTS), ids=list(POINTS))
 def test_a_run_killed_anywhere_finishes_when_rerun(point, tmp_path, small_wikitext):
     run = str(tmp_path / "run")

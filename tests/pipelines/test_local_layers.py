@@ -10,8 +10,21 @@ from pipelines.training import build_model
 
 def test_flags_build_a_model_with_alternating_dense_and_local_layers():
     args = build_parser().parse_args(
-        ["train", "--num-layers", "4", "--hidden-dim", "32", "--num-heads", "2", "--sequence-length", "64",
-         "--local-window", "16", "--local-layers", "odd"]
+        [
+            "train",
+            "--num-layers",
+            "4",
+            "--hidden-dim",
+            "32",
+            "--num-heads",
+            "2",
+            "--sequence-length",
+            "64",
+            "--local-window",
+            "16",
+            "--local-layers",
+            "odd",
+        ]
     )
     config = load_config("gpt2_tiny", overrides_from_args(args))
     assert config.model_options["local_window"] == 16

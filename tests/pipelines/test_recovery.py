@@ -48,8 +48,10 @@ def test_a_truncated_best_checkpoint_falls_back_to_final_and_the_rerun_replaces_
     assert model.count_params() == load_checkpoint(os.path.join(run, "checkpoints", "final.keras")).count_params()
 
     result = _rerun(small_wikitext, run)
-    assert f"tfam: {best} is truncated (1,924 of {full:,} bytes) (according to best.json): moved it to best.keras.corrupt" \
+    assert (
+        f"tfam: {best} is truncated (1,924 of {full:,} bytes) (according to best.json): moved it to best.keras.corrupt"
         in result.stderr
+    )
     summary = _summary(run)
     assert summary["steps"] == 4 and summary["best_checkpoint"] == best
     load_checkpoint(best)  # the final evaluation wrote a new, complete one
@@ -112,8 +114,7 @@ def test_a_truncated_vocabulary_is_named_and_train_rebuilds_it(tmp_path, trained
 
     result = _rerun(small_wikitext, run)
     assert (
-        f"tfam: {damage}: trained the tokenizer again on the train split (identical to the recorded one) "
-        "and rewrote it"
+        f"tfam: {damage}: trained the tokenizer again on the train split (identical to the recorded one) and rewrote it"
     ) in result.stderr.splitlines()
     assert os.path.getsize(vocab) == full
     load_run(run)

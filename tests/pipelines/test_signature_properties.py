@@ -18,14 +18,17 @@ from keras_tfam.models import GPT2LM
 from pipelines.export import export_model
 
 PROPERTY = settings(
-    max_examples=25, deadline=None, database=None,
+    max_examples=25,
+    deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 VOCABULARY = 19
 LIMIT = 12  # the export's max_new_tokens limit
 INT32 = st.one_of(st.integers(-3, 20), st.integers(-(2**31), 2**31 - 1), st.sampled_from([-(2**31), 2**31 - 1, 0]))
 FLOAT32 = st.one_of(
-    st.floats(-2.0, 2.0, width=32), st.floats(width=32, allow_nan=True, allow_infinity=True),
+    st.floats(-2.0, 2.0, width=32),
+    st.floats(width=32, allow_nan=True, allow_infinity=True),
     st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1.0, 1e-30]),
 )
 REQUEST = {"max_new_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
@@ -58,7 +61,8 @@ def generate(signatures, token_ids, lengths, **scalars):
     request = {**REQUEST, **scalars}
     dtypes = {"temperature": tf.float32, "top_p": tf.float32}
     return signatures["generate"](
-        token_ids=tf.constant(token_ids, tf.int32), lengths=tf.constant(lengths, tf.int32),
+        token_ids=tf.constant(token_ids, tf.int32),
+        lengths=tf.constant(lengths, tf.int32),
         **{name: tf.constant(value, dtypes.get(name, tf.int32)) for name, value in request.items()},
     )["token_ids"].numpy()
 
@@ -85,8 +89,11 @@ def test_generate_scalars(signatures, data, name):
 
 @PROPERTY
 @given(
-    prompts=st.lists(st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(-2, VOCABULARY + 2), min_size=3, max_size=3),
-                     min_size=1, max_size=3),
+    prompts=st.lists(
+        st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(-2, VOCABULARY + 2), min_size=3, max_size=3),
+        min_size=1,
+        max_size=3,
+    ),
     lengths=st.lists(st.integers(-2, 5), min_size=0, max_size=4),
 )
 @example(prompts=[[1, VOCABULARY, 2]], lengths=[3])
@@ -94,8 +101,10 @@ def test_generate_scalars(signatures, data, name):
 @example(prompts=[[1, 2, 3], [4, 5, 6]], lengths=[3])
 def test_generate_prompts(signatures, prompts, lengths):
     served = refused_in_one_line(lambda: generate(signatures, prompts, lengths), ["lengths", "Token ids", "prompt"])
-    valid = len(lengths) == len(prompts) and all(1 <= n <= 3 for n in lengths) and all(
-        0 <= t < VOCABULARY for row, n in zip(prompts, lengths) for t in row[:n]
+    valid = (
+        len(lengths) == len(prompts)
+        and all(1 <= n <= 3 for n in lengths)
+        and all(0 <= t < VOCABULARY for row, n in zip(prompts, lengths) for t in row[:n])
     )
     assert served == valid
 

@@ -79,11 +79,20 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, small_wik
 def test_two_mirrored_replicas_match_one_device(tmp_path, small_wikitext):
     args = {"max-steps": 6, "backup-every": 3, "eval-every": 6}
     single = str(tmp_path / "single")
-    run_tfam(tiny_args(small_wikitext, single, **args, **{"batch-size": 4, "jit": "off", "precision": "float32",
-                                                          "export": "no"}))
+    run_tfam(
+        tiny_args(
+            small_wikitext, single, **args, **{"batch-size": 4, "jit": "off", "precision": "float32", "export": "no"}
+        )
+    )
     mirrored = str(tmp_path / "mirrored")
-    run_tfam(tiny_args(small_wikitext, mirrored, **args,
-                       **{"batch-size": 2, "cpu-devices": 2, "strategy": "mirrored", "export": "false"}))
+    run_tfam(
+        tiny_args(
+            small_wikitext,
+            mirrored,
+            **args,
+            **{"batch-size": 2, "cpu-devices": 2, "strategy": "mirrored", "export": "false"},
+        )
+    )
     assert _summary(mirrored)["replicas"] == 2 and _summary(mirrored)["jit_compile"] is False
     # A fresh `tfam` process pools its CPU tensor memory (pipelines/__init__.py), and its record says so.
     assert _summary(mirrored)["kernel_path"]["cpu_tensor_memory"] == "pooled"
@@ -113,10 +122,17 @@ def test_two_workers_with_tf_config_agree(tmp_path, small_wikitext):
     args = tiny_args(small_wikitext, out, **{"max-steps": 4, "backup-every": 2, "eval-every": 4, "batch-size": 2})
     processes = []
     for index in range(2):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(task)}
         processes.append(
-            subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-m", "pipelines.cli", *args],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         )
     try:
         outputs = [p.communicate(timeout=300) for p in processes]
@@ -153,8 +169,20 @@ def test_nan_never_overwrites_a_backup_or_the_best_checkpoint(tmp_path):
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_runs_end_to_end(tmp_path, small_wikitext, precision):
     run = str(tmp_path / precision)
-    run_tfam(tiny_args(small_wikitext, run, **{"max-steps": 4, "backup-every": 2, "eval-every": 2,
-                                               "precision": precision, "samples": 1, "sample-tokens": 4}))
+    run_tfam(
+        tiny_args(
+            small_wikitext,
+            run,
+            **{
+                "max-steps": 4,
+                "backup-every": 2,
+                "eval-every": 2,
+                "precision": precision,
+                "samples": 1,
+                "sample-tokens": 4,
+            },
+        )
+    )
     summary = _summary(run)
     assert summary["steps"] == 4 and not summary["stopped_on_nan"]
     assert np.isfinite(summary["validation"]["loss"]) and summary["validation"]["loss"] < 9.0
@@ -165,8 +193,8 @@ def test_the_token_cache_is_in_the_run_and_keyed_by_tokenizer_and_text(tmp_path,
     # Item 0: with a corpus file as the split, the stream was cached beside the user's file
     # (`/data/corpus.txt.npy`), keyed by the file name alone: a later word-level run on the
     # same file trained and evaluated on the char ids.
-    from pipelines import training
     from pipelines.data.tokenizers import CharTokenizer, WordTokenizer
+    from pipelines.run_data import cached_tokens
 
     data = tmp_path / "data"
     data.mkdir()
@@ -174,21 +202,24 @@ def test_the_token_cache_is_in_the_run_and_keyed_by_tokenizer_and_text(tmp_path,
     lines = ["the game began", "the game ended"]
     run = str(tmp_path / "run")
     char, word = CharTokenizer.train(lines), WordTokenizer.train(lines)
-    char_ids = training._tokens(run, char, lines, corpus)
-    word_ids = training._tokens(run, word, lines, corpus)
+    char_ids = cached_tokens(run, char, lines, corpus)
+    word_ids = cached_tokens(run, word, lines, corpus)
     assert os.listdir(data) == []
     assert len(char_ids) == sum(len(line) + 1 for line in lines)
     ids = {w: i for i, w in enumerate(word.vocabulary)}
     np.testing.assert_array_equal(word_ids, [ids[w] for line in lines for w in line.split() + ["<eos>"]])
     # Edited text: another key, never the stale stream.
-    assert len(training._tokens(run, word, lines[:1], corpus)) == 4
+    assert len(cached_tokens(run, word, lines[:1], corpus)) == 4
     assert len(os.listdir(os.path.join(run, "cache"))) == 3
     # A damaged cache is derived data: rebuilt, with a notice naming it.
-    [path] = [os.path.join(run, "cache", name) for name in os.listdir(os.path.join(run, "cache"))
-              if np.load(os.path.join(run, "cache", name)).size == 8]
+    [path] = [
+        os.path.join(run, "cache", name)
+        for name in os.listdir(os.path.join(run, "cache"))
+        if np.load(os.path.join(run, "cache", name)).size == 8
+    ]
     with open(path, "r+b") as f:
         f.truncate(100)
-    np.testing.assert_array_equal(training._tokens(run, word, lines, corpus), word_ids)
+    np.testing.assert_array_equal(cached_tokens(run, word, lines, corpus), word_ids)
     assert capsys.readouterr().err.startswith(f"tfam: {path} cannot be read (")
 
 
@@ -201,8 +232,19 @@ def test_a_char_level_run_on_a_file_reports_bits_per_character(tmp_path, small_w
     with open(os.path.join(small_wikitext, "wiki.valid.tokens"), encoding="utf-8") as f:
         corpus.write_text("".join(f.readlines()[:40]), encoding="utf-8")
     run = str(tmp_path / "char")
-    args = tiny_args(None, run, tokenizer="char", **{"train-split": str(corpus), "eval-split": str(corpus),
-                                                      "max-steps": 1, "backup-every": 1, "eval-every": 1, "jit": "off"})
+    args = tiny_args(
+        None,
+        run,
+        tokenizer="char",
+        **{
+            "train-split": str(corpus),
+            "eval-split": str(corpus),
+            "max-steps": 1,
+            "backup-every": 1,
+            "eval-every": 1,
+            "jit": "off",
+        },
+    )
     result = run_tfam([arg for arg in args if arg not in ("--data-dir", "None")])
     assert os.listdir(data) == ["corpus.txt"]
     validation = _summary(run)["validation"]
@@ -218,9 +260,9 @@ def test_a_char_level_run_on_a_file_reports_bits_per_character(tmp_path, small_w
 
 
 def test_file_splits_without_data_dir_never_reach_tfds(tmp_path, monkeypatch):
-    # Item 3: without --data-dir, file splits went to the TFDS download (7 minutes of retries offline).
-    from pipelines import training
+    # Item 3: without --data-dir, file splits went to the TFDS download (retrying offline).
     from pipelines.data import wikitext_tfds
+    from pipelines.run_data import split_text
 
     def no_network(*args, **kwargs):
         raise AssertionError("TFDS (the network) was reached")
@@ -230,10 +272,10 @@ def test_file_splits_without_data_dir_never_reach_tfds(tmp_path, monkeypatch):
     corpus.write_text("first line\nsecond line\n")
     config = load_config("gpt2_tiny", {"train_split": str(corpus), "eval_split": str(tmp_path)})
     assert config.data_dir is None
-    assert training._split(config, config.train_split) == ["first line", "second line"]
-    assert training._split(config, config.eval_split) == ["first line", "second line"]
+    assert split_text(config, config.train_split) == ["first line", "second line"]
+    assert split_text(config, config.eval_split) == ["first line", "second line"]
     with pytest.raises(AssertionError, match="TFDS"):  # named splits without data: TFDS, as documented
-        training._split(config, "valid")
+        split_text(config, "valid")
 
 
 def test_every_config_value_is_checked_before_anything_is_written(tmp_path, small_wikitext):
@@ -273,8 +315,21 @@ def test_every_config_value_is_checked_before_anything_is_written(tmp_path, smal
 def test_a_nan_stop_exits_with_1(tmp_path, small_wikitext):
     # Item 7: "STOPPED: loss became NaN" exited 0.
     run = str(tmp_path / "nan")
-    result = run_tfam(tiny_args(small_wikitext, run, **{"learning-rate": 1e30, "warmup-steps": 0, "max-steps": 4,
-                                                        "backup-every": 1, "eval-every": 1, "jit": "off"}), check=False)
+    result = run_tfam(
+        tiny_args(
+            small_wikitext,
+            run,
+            **{
+                "learning-rate": 1e30,
+                "warmup-steps": 0,
+                "max-steps": 4,
+                "backup-every": 1,
+                "eval-every": 1,
+                "jit": "off",
+            },
+        ),
+        check=False,
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert "STOPPED: loss became NaN" in result.stdout
     assert result.stderr.strip().splitlines()[-1].startswith("tfam: error: training stopped at step ")

@@ -49,8 +49,14 @@ def test_resumed_training_continues_the_stream_with_its_memory(tmp_path):
         model.build((4, 8))  # as `tfam train` does: the memory exists before a backup is restored
         model.compile(keras.optimizers.AdamW(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         data = stateful_lm_dataset(tokens, 8, 4, start_id=0, repeat=True).skip(2 * initial_epoch)
-        model.fit(data, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=2, verbose=0,
-                  callbacks=[SafeBackupAndRestore(str(backup), save_freq="epoch", delete_checkpoint=False)])
+        model.fit(
+            data,
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=2,
+            verbose=0,
+            callbacks=[SafeBackupAndRestore(str(backup), save_freq="epoch", delete_checkpoint=False)],
+        )
         return model
 
     straight = fit(tiny_xl(), tmp_path / "straight", epochs=2)
@@ -77,10 +83,20 @@ def test_tfam_trains_transformer_xl_with_memory_spans_and_compression(tmp_path, 
     # The whole family from the command line: XL memory, adaptive spans, compressive
     # memory; evaluation with memory, TensorBoard scalars, the export.
     out = str(tmp_path / "xl")
-    args = tiny_args(small_wikitext, out, **{
-        "model": "adaptive_span_tiny", "memory-length": 16, "max-span": 16, "compressed-memory-length": 8,
-        "compression-rate": 2, "max-steps": 4, "backup-every": 2, "eval-every": 4,
-    })
+    args = tiny_args(
+        small_wikitext,
+        out,
+        **{
+            "model": "adaptive_span_tiny",
+            "memory-length": 16,
+            "max-span": 16,
+            "compressed-memory-length": 8,
+            "compression-rate": 2,
+            "max-steps": 4,
+            "backup-every": 2,
+            "eval-every": 4,
+        },
+    )
     run_tfam(args)
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)

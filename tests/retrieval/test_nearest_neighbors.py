@@ -37,7 +37,9 @@ def test_batched_keys_with_a_mask_match_numpy():
     keys = rng.normal(size=(2, 3, 20, 6)).astype("float32")
     mask = rng.random((2, 1, 20)) > 0.3
     scores, indices = nearest_neighbors(queries, keys, 5, metric="inner_product", key_mask=mask, chunk_size=8)
-    expected_scores, expected_indices = numpy_top_k(queries, keys, 5, "inner_product", np.broadcast_to(mask, (2, 3, 20)))
+    expected_scores, expected_indices = numpy_top_k(
+        queries, keys, 5, "inner_product", np.broadcast_to(mask, (2, 3, 20))
+    )
     np.testing.assert_array_equal(np.asarray(indices), expected_indices)
     np.testing.assert_allclose(np.asarray(scores), expected_scores, rtol=1e-5, atol=1e-5)
 

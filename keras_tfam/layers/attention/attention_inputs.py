@@ -1,8 +1,67 @@
-"""The first step of every attention call: inputs resolved (defaults, Keras masks) and a memory prepended."""
+"""The first step of every attention call: the call checked against what the kind declares, inputs resolved
+(defaults, Keras masks) and a memory prepended."""
 
 from keras import ops
 
 from keras_tfam.ops import masks as mask_ops
+
+
+def check_call(
+    layer,
+    query,
+    value,
+    key,
+    attention_mask,
+    use_causal_mask,
+    window,
+    cache,
+    cache_update_index,
+    return_attention_scores,
+    memory,
+    kind_inputs,
+):
+    """One `ValueError` for a call argument the kind of `layer` does not honour (its declared `supports_*`)."""
+    kind = type(layer).__name__
+    unknown = sorted(set(kind_inputs) - set(layer.call_inputs))
+    if unknown:
+        raise TypeError(f"{kind}.call() got unexpected keyword argument(s) {unknown}")
+    refused = [
+        ("attention_mask", attention_mask is not None, layer.supports_attention_mask),
+        ("return_attention_scores", bool(return_attention_scores), layer.supports_attention_scores),
+        ("use_causal_mask", bool(use_causal_mask), layer.supports_causal),
+        ("cache", cache is not None, layer.supports_cache),
+        ("memory", memory is not None, layer.supports_memory),
+        ("window", window is not None, layer.supports_window),
+        ("window", window is not None and cache is not None, layer.supports_ring_cache),
+    ]
+    for name, given, supported in refused:
+        if given and not supported:
+            shown = {
+                "attention_mask": f"attention_mask.shape={tuple(getattr(attention_mask, 'shape', ()))}",
+                "cache": "a cache",
+                "memory": "a memory",
+                "window": f"window={window}" + (" with a cache" if cache is not None else ""),
+            }.get(name, f"{name}=True")
+            reason = layer.refusal_reasons.get(name)
+            raise ValueError(f"{kind} takes no `{name}`{f' ({reason})' if reason else ''}. Received: {shown}")
+    if layer.self_attention_only and (key is not None or (value is not None and value is not query)):
+        raise ValueError(f"{kind} is self-attention: pass `query` only (or `value` = `query`), no other `key`.")
+    if layer.pattern is not None and layer.pattern.depends_on_length and (use_causal_mask or cache is not None):
+        raise ValueError(
+            f"{layer.pattern!r} depends on the sequence's length, so a causal or cached call cannot see what the "
+            "full pass sees (e.g. BigBird(causal=False) draws random blocks among all blocks): use its causal "
+            f"form. Received: use_causal_mask={bool(use_causal_mask)}, cache={'given' if cache is not None else None}"
+        )
+    if memory is not None and cache is not None:
+        raise ValueError(
+            "`memory` and `cache` cannot be combined: a decoding model keeps its memory's states in its "
+            "cache, or passes them as `memory` without a KV cache."
+        )
+    if cache is None and cache_update_index is not None:
+        raise ValueError(
+            f"`cache_update_index` is the position of the first token written into `cache`; no cache was given. "
+            f"Received: cache_update_index={cache_update_index}"
+        )
 
 
 def resolve_inputs(query, value, key, query_mask, value_mask, key_mask, cache):

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_tfam.layers.attention import attention_inputs
+from keras_tfam.layers.attention import attention_inputs, attention_kernels
 from keras_tfam.layers.attention.attention_context import AttentionContext
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
 from keras_tfam.layers.attention.patterns.registry import get_pattern
@@ -45,7 +45,9 @@ class BaseAttention(keras.layers.Layer):
     `accepts_score_bias` (schemes that add to scores or reweight them),
     `has_attention_weights` (`dropout` applies to them), `decodes_causally`
     (a cached call is causal whatever `use_causal_mask` says),
-    `call_inputs` (the names of the kind's own call arguments).
+    `call_inputs` (the names of the kind's own call arguments),
+    `attention_kernels` (the named kernels its `attend` runs, `keras_tfam.layers.attention.attention_kernels`;
+    `()`: a kernel of its own).
 
     Args:
         num_heads: query heads `N`.
@@ -65,6 +67,8 @@ class BaseAttention(keras.layers.Layer):
         pattern: a sparse `AttentionPattern`, or `None`.
         qkv_bias: biases on the query, key and value projections only;
             default `use_bias`.
+        attention_kernel: `"auto"` (the kind picks per call) or one of the
+            kind's `attention_kernels`, which each call then runs or refuses.
 
     Examples:
         >>> isinstance(PerformerAttention(4, 8), BaseAttention)  # every kind is one
@@ -92,6 +96,7 @@ class BaseAttention(keras.layers.Layer):
     decodes_causally = False
     shares_query_key = False
     call_inputs = ()
+    attention_kernels = ()
     # The kind's own options, as tests exercise them (the first: the least a constructor needs).
     example_options = ({},)
     # Why a refused option is refused, by name, for the error message.
@@ -113,9 +118,11 @@ class BaseAttention(keras.layers.Layer):
         output_kernel_initializer=None,
         pattern=None,
         qkv_bias=None,
+        attention_kernel="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        attention_kernel = attention_kernels.check_attention_kernel(type(self), attention_kernel)
         num_heads, key_dim = _positive_int("num_heads", num_heads), _positive_int("key_dim", key_dim)
         value_dim = key_dim if value_dim is None else _positive_int("value_dim", value_dim)
         num_key_value_heads = num_heads if num_key_value_heads is None else num_key_value_heads
@@ -170,7 +177,12 @@ class BaseAttention(keras.layers.Layer):
         self.output_kernel_initializer = keras.initializers.get(output_kernel_initializer or kernel_initializer)
         self.pattern = pattern
         self.qkv_bias = use_bias if qkv_bias is None else qkv_bias
+        self.attention_kernel = attention_kernel
         self.supports_masking = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        attention_kernels.check_declaration(cls)
 
     # ------------------------------------------------------------------ weights
 
@@ -186,9 +198,7 @@ class BaseAttention(keras.layers.Layer):
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         if len(query_shape) != 3:
-            raise ValueError(
-                f"`query` must have rank 3 (batch, seq, dim). Received: query.shape={tuple(query_shape)}"
-            )
+            raise ValueError(f"`query` must have rank 3 (batch, seq, dim). Received: query.shape={tuple(query_shape)}")
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
         kv_heads = self.num_key_value_heads
@@ -231,8 +241,20 @@ class BaseAttention(keras.layers.Layer):
         **kind_inputs,
     ):
         window = check_window(window)
-        self._check_call(query, value, key, attention_mask, use_causal_mask, window, cache, cache_update_index,
-                         return_attention_scores, memory, kind_inputs)
+        attention_inputs.check_call(
+            self,
+            query,
+            value,
+            key,
+            attention_mask,
+            use_causal_mask,
+            window,
+            cache,
+            cache_update_index,
+            return_attention_scores,
+            memory,
+            kind_inputs,
+        )
         value, key, query_mask, key_padding_mask = self.resolve_inputs(
             query, value, key, query_mask, value_mask, key_mask, cache
         )
@@ -294,51 +316,6 @@ class BaseAttention(keras.layers.Layer):
             return outputs, weights
         return outputs
 
-    def _check_call(self, query, value, key, attention_mask, use_causal_mask, window, cache, cache_update_index,
-                    return_attention_scores, memory, kind_inputs):
-        """One `ValueError` for a call argument the kind does not honour."""
-        kind = type(self).__name__
-        unknown = sorted(set(kind_inputs) - set(self.call_inputs))
-        if unknown:
-            raise TypeError(f"{kind}.call() got unexpected keyword argument(s) {unknown}")
-        refused = [
-            ("attention_mask", attention_mask is not None, self.supports_attention_mask),
-            ("return_attention_scores", bool(return_attention_scores), self.supports_attention_scores),
-            ("use_causal_mask", bool(use_causal_mask), self.supports_causal),
-            ("cache", cache is not None, self.supports_cache),
-            ("memory", memory is not None, self.supports_memory),
-            ("window", window is not None, self.supports_window),
-            ("window", window is not None and cache is not None, self.supports_ring_cache),
-        ]
-        for name, given, supported in refused:
-            if given and not supported:
-                shown = {
-                    "attention_mask": f"attention_mask.shape={tuple(getattr(attention_mask, 'shape', ()))}",
-                    "cache": "a cache",
-                    "memory": "a memory",
-                    "window": f"window={window}" + (" with a cache" if cache is not None else ""),
-                }.get(name, f"{name}=True")
-                reason = self.refusal_reasons.get(name)
-                raise ValueError(f"{kind} takes no `{name}`{f' ({reason})' if reason else ''}. Received: {shown}")
-        if self.self_attention_only and (key is not None or (value is not None and value is not query)):
-            raise ValueError(f"{kind} is self-attention: pass `query` only (or `value` = `query`), no other `key`.")
-        if self.pattern is not None and self.pattern.depends_on_length and (use_causal_mask or cache is not None):
-            raise ValueError(
-                f"{self.pattern!r} depends on the sequence's length, so a causal or cached call cannot see what the "
-                "full pass sees (e.g. BigBird(causal=False) draws random blocks among all blocks): use its causal "
-                f"form. Received: use_causal_mask={bool(use_causal_mask)}, cache={'given' if cache is not None else None}"
-            )
-        if memory is not None and cache is not None:
-            raise ValueError(
-                "`memory` and `cache` cannot be combined: a decoding model keeps its memory's states in its "
-                "cache, or passes them as `memory` without a KV cache."
-            )
-        if cache is None and cache_update_index is not None:
-            raise ValueError(
-                f"`cache_update_index` is the position of the first token written into `cache`; no cache was given. "
-                f"Received: cache_update_index={cache_update_index}"
-            )
-
     def resolve_inputs(self, query, value, key, query_mask, value_mask, key_mask, cache):
         """`(value, key, query_mask, key_padding_mask)` with defaults and Keras masks filled in."""
         return attention_inputs.resolve_inputs(query, value, key, query_mask, value_mask, key_mask, cache)
@@ -359,7 +336,8 @@ class BaseAttention(keras.layers.Layer):
     def merge_heads(self, outputs):
         """`(B, T, N, Hv)` -> the output projection's `(B, T, output_dim)`."""
         shape = ops.shape(outputs)
-        outputs = ops.reshape(ops.cast(outputs, self.compute_dtype), (shape[0], shape[1], self.num_heads * self.value_dim))
+        outputs = ops.cast(outputs, self.compute_dtype)
+        outputs = ops.reshape(outputs, (shape[0], shape[1], self.num_heads * self.value_dim))
         return self.output_dense(outputs)
 
     def repeat_key_value_heads(self, x):
@@ -384,7 +362,8 @@ class BaseAttention(keras.layers.Layer):
             raise ValueError(
                 f"A KV cache needs value_dim == key_dim. Received: key_dim={self.key_dim}, value_dim={self.value_dim}"
             )
-        return KeyValueCache(self.num_key_value_heads, self.key_dim, None if self.pattern is None else self.pattern.lookback)
+        lookback = None if self.pattern is None else self.pattern.lookback
+        return KeyValueCache(self.num_key_value_heads, self.key_dim, lookback)
 
     def init_cache(self, batch_size, max_length=None, dtype="float32", window=None):
         """An empty cache for decoding `max_length` positions (with `window`: the recent `window` only)."""
@@ -454,6 +433,7 @@ class BaseAttention(keras.layers.Layer):
             output_kernel_initializer=keras.initializers.serialize(self.output_kernel_initializer),
             pattern=keras.saving.serialize_keras_object(self.pattern),
             qkv_bias=self.qkv_bias,
+            attention_kernel=self.attention_kernel,
         )
         return config
 

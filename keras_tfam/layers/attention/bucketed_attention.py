@@ -51,6 +51,7 @@ class BucketedAttention(MultiHeadAttention):
     supports_ring_cache = False
     accepts_score_bias = False
     decodes_causally = True
+    attention_kernels = ()  # its own chunked kernels
 
     def __init__(self, num_heads, key_dim, chunk_length=64, **kwargs):
         super().__init__(num_heads, key_dim, **kwargs)
@@ -95,7 +96,11 @@ class BucketedAttention(MultiHeadAttention):
     def _dense_rule_attention(self, query, key, value, query_buckets, key_buckets, context):
         """The causal rule as a dense mask: cached decoding, and queries with buckets of their own (routing)."""
         allowed = causal_bucket_rule(
-            query_buckets, context.query_positions, key_buckets, context.key_positions, self.chunk_length,
+            query_buckets,
+            context.query_positions,
+            key_buckets,
+            context.key_positions,
+            self.chunk_length,
             valid=context.key_mask,
         )
         if context.window is not None:
@@ -110,8 +115,16 @@ class BucketedAttention(MultiHeadAttention):
         dropout = self._weights_dropout(context.training)
         if causal:
             outputs = causal_chunked_bucket_attention(
-                q, k, v, buckets, self.chunk_length, num_buckets=self.num_bucket_ids, window=context.window,
-                key_padding_mask=context.key_mask, exclude_self=self.exclude_self(), scale=self.scale,
+                q,
+                k,
+                v,
+                buckets,
+                self.chunk_length,
+                num_buckets=self.num_bucket_ids,
+                window=context.window,
+                key_padding_mask=context.key_mask,
+                exclude_self=self.exclude_self(),
+                scale=self.scale,
                 dropout=dropout,
             )
             return ops.transpose(outputs, (0, 2, 1, 3))
@@ -134,8 +147,18 @@ class BucketedAttention(MultiHeadAttention):
             query_buckets = ops.pad(query_buckets, pad, constant_values=self.num_bucket_ids)
             key_buckets = query_buckets if shared else ops.pad(key_buckets, pad, constant_values=self.num_bucket_ids)
         outputs = chunked_bucket_attention(
-            q, k, v, query_buckets, key_buckets, chunk, causal=False, window=context.window,
-            key_padding_mask=key_mask, exclude_self=self.exclude_self(), deduplicate=True, scale=self.scale,
+            q,
+            k,
+            v,
+            query_buckets,
+            key_buckets,
+            chunk,
+            causal=False,
+            window=context.window,
+            key_padding_mask=key_mask,
+            exclude_self=self.exclude_self(),
+            deduplicate=True,
+            scale=self.scale,
             dropout=dropout,
         )
         return ops.transpose(outputs, (0, 2, 1, 3))[:, :length]

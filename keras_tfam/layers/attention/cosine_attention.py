@@ -44,7 +44,8 @@ class CosineAttention(MultiHeadAttention):
     def __init__(self, num_heads, key_dim, temperature_initializer=None, **kwargs):
         if kwargs.get("scale") not in (None, 1.0):
             raise ValueError(
-                f"CosineAttention learns its temperature per head: it takes no `scale`. Received: scale={kwargs['scale']}"
+                "CosineAttention learns its temperature per head: it takes no `scale`. "
+                f"Received: scale={kwargs['scale']}"
             )
         kwargs["scale"] = 1.0
         super().__init__(num_heads, key_dim, **kwargs)
@@ -54,11 +55,13 @@ class CosineAttention(MultiHeadAttention):
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
-        self.log_scale = self.add_weight(name="log_scale", shape=(self.num_heads,),
-                                         initializer=self.temperature_initializer)
+        self.log_scale = self.add_weight(
+            name="log_scale", shape=(self.num_heads,), initializer=self.temperature_initializer
+        )
 
     def attend(self, query, key, value, context):
         """`softmax(cos(q, k) / tau + B) v`: unit heads, queries times `1 / tau`, then the softmax kernel."""
+
         def unit(x):
             x = ops.cast(x, "float32")
             return x / ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True) + 1e-12)

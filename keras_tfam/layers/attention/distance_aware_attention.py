@@ -73,6 +73,7 @@ class DistanceAwareAttention(MultiHeadAttention):
     """
 
     accepts_position = False
+    attention_kernels = ()  # its own scores, not softmax's
     example_options = ({"distance_weight_initializer": "random_normal", "sharpness_initializer": "random_normal"},)
 
     def __init__(
@@ -106,8 +107,9 @@ class DistanceAwareAttention(MultiHeadAttention):
         key, value = self.repeat_key_value_heads(key), self.repeat_key_value_heads(value)
         scale = self.scale if self.scale is not None else self.key_dim**-0.5
         scores = ops.einsum("btnh,bsnh->bnts", ops.cast(query, "float32") * scale, ops.cast(key, "float32"))
-        distance = ops.cast(ops.abs(mask_ops.relative_distance(context.query_positions, context.key_positions)),
-                            "float32")  # [T, S]
+        distance = ops.cast(
+            ops.abs(mask_ops.relative_distance(context.query_positions, context.key_positions)), "float32"
+        )  # [T, S]
         weight = ops.cast(self.distance_weight, "float32")[:, None, None]
         sharpness = ops.cast(self.sharpness, "float32")[:, None, None]
         coefficients = distance_rescale(weight * distance, sharpness)  # [N, T, S]

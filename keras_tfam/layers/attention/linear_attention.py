@@ -3,10 +3,11 @@
 import keras
 from keras import ops
 
+from keras_tfam.layers.attention.attention_kernels import AUTO, HOOK_KERNELS
+from keras_tfam.layers.attention.caches.recurrent_state_cache import RecurrentStateCache
 from keras_tfam.layers.attention.feature_maps.elu_feature_map import EluFeatureMap
 from keras_tfam.layers.attention.feature_maps.feature_map import FeatureMap
 from keras_tfam.layers.attention.feature_maps.random_feature_map import MAX_EXPONENT
-from keras_tfam.layers.attention.caches.recurrent_state_cache import RecurrentStateCache
 from keras_tfam.layers.attention.multi_head_attention import MultiHeadAttention
 from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.utils import check_positive_int, static_dim
@@ -21,9 +22,8 @@ def prefix_sum(x, axis=1, block=16):
     Sums inside blocks of `block` positions are products with a
     lower-triangular matrix of ones, and the block totals are summed the same
     way, recursively. `ops.cumsum` computes the same values, but XLA lowers it
-    to a reduce-window whose cost on CPU grows faster than the length
-    (measured: 33x the time for 16x the chunks). Falls back to `ops.cumsum`
-    when the length is not static.
+    to a reduce-window whose cost on CPU grows faster than the length.
+    Falls back to `ops.cumsum` when the length is not static.
     """
     if not isinstance(block, int) or isinstance(block, bool) or block < 2:
         raise ValueError(f"`block` must be an integer >= 2. Received: block={block!r}")
@@ -73,7 +73,8 @@ def decayed_prefix_sum(x, log_decay, block=16):
         return ops.matmul(_decay_matrix(cumulative), x)
     groups = -(-n // block)
     lead = [[0, 0]] * (len(x.shape) - 2)
-    x = ops.reshape(ops.pad(x, lead + [[0, groups * block - n], [0, 0]]), (*ops.shape(x)[:-2], groups, block, x.shape[-1]))
+    padded = ops.pad(x, lead + [[0, groups * block - n], [0, 0]])
+    x = ops.reshape(padded, (*ops.shape(x)[:-2], groups, block, x.shape[-1]))
     log_decay = ops.pad(log_decay, lead + [[0, groups * block - n]])  # decay 1 past the end
     cumulative = ops.cumsum(ops.reshape(log_decay, (*ops.shape(log_decay)[:-1], groups, block)), axis=-1)
     inner = ops.matmul(_decay_matrix(cumulative), x)  # (..., G, block, F)
@@ -223,6 +224,8 @@ class LinearAttention(MultiHeadAttention):
     supports_attention_scores = False
     accepts_score_bias = False
     decodes_causally = True
+    # The named kernels of the windowed form; without a window or pattern the linear form alone runs.
+    attention_kernels = HOOK_KERNELS
     example_options = ({}, {"feature_map": "exp", "chunk_size": 4})
 
     def __init__(self, num_heads, key_dim, feature_map="elu", chunk_size=64, epsilon=1e-6, **kwargs):
@@ -278,7 +281,8 @@ class LinearAttention(MultiHeadAttention):
             )
         if self.is_gated and context.window is not None:
             raise ValueError(
-                f"A gated recurrence has no windowed form (its state forgets by itself). Received: window={context.window}"
+                "A gated recurrence has no windowed form (its state forgets by itself). "
+                f"Received: window={context.window}"
             )
         memory_length = context.memory_length
         if self.is_gated and (not isinstance(memory_length, int) or memory_length):
@@ -289,6 +293,11 @@ class LinearAttention(MultiHeadAttention):
             # The windowed form: MultiHeadAttention's masks, bands and ring
             # cache, with the kernel of `_compute_attention` below.
             return super().attend(query, key, value, context)
+        if self.attention_kernel != AUTO:
+            raise ValueError(
+                f"{kind} runs attention_kernel={self.attention_kernel!r} in its windowed form only (a `window` or a "
+                f"`pattern`); this call computes its linear form. Received: attention_kernel={self.attention_kernel!r}"
+            )
         q, k, v = query, self.repeat_key_value_heads(key), self.repeat_key_value_heads(value)
         q, k, v = (ops.cast(x, "float32") for x in (q, k, v))
         key_mask = context.key_mask
@@ -322,7 +331,8 @@ class LinearAttention(MultiHeadAttention):
         `(B, T, N, H)` queries over `(B, S, K, H)` keys; O(T * S), for
         windows and ring caches (the unmasked forms use `_linear_attention`).
         """
-        q, k, v = (ops.cast(x, "float32") for x in (query, self.repeat_key_value_heads(key), self.repeat_key_value_heads(value)))
+        key, value = self.repeat_key_value_heads(key), self.repeat_key_value_heads(value)
+        q, k, v = (ops.cast(x, "float32") for x in (query, key, value))
         mask = ops.cast(attention_mask, "float32")
         if len(mask.shape) == 3:
             mask = ops.expand_dims(mask, 1)

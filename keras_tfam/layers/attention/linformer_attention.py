@@ -68,6 +68,7 @@ class LinformerAttention(MultiHeadAttention):
     supports_pattern = False
     supports_memory = False
     accepts_score_bias = False
+    attention_kernels = ()  # dense attention over the projected rows, its own kernel
     example_options = ({"sequence_length": 16, "projected_length": 4}, {"sequence_length": 16, "sharing": "none"})
     refusal_reasons = {
         "use_causal_mask": "it is not causal: each projected key mixes every position",
@@ -75,8 +76,14 @@ class LinformerAttention(MultiHeadAttention):
     }
 
     def __init__(
-        self, num_heads, key_dim, sequence_length, projected_length=256, sharing="headwise",
-        projection_initializer=None, **kwargs,
+        self,
+        num_heads,
+        key_dim,
+        sequence_length,
+        projected_length=256,
+        sharing="headwise",
+        projection_initializer=None,
+        **kwargs,
     ):
         super().__init__(num_heads, key_dim, **kwargs)
         sequence_length = check_positive_int("sequence_length", sequence_length)
@@ -101,7 +108,9 @@ class LinformerAttention(MultiHeadAttention):
         shape = (self.projected_length, self.sequence_length)
         if self.sharing == "none":
             shape = (self.num_key_value_heads,) + shape
-        self.key_projection = self.add_weight(name="key_projection", shape=shape, initializer=self.projection_initializer)
+        self.key_projection = self.add_weight(
+            name="key_projection", shape=shape, initializer=self.projection_initializer
+        )
         self.value_projection = self.key_projection
         if self.sharing != "key_value":
             self.value_projection = self.add_weight(

@@ -76,8 +76,9 @@ class LSHAttention(SeededDraws, BucketedAttention):
     shares_query_key = True
     example_options = ({"num_buckets": 4, "num_hashes": 2, "chunk_length": 4, "seed": 0}, {"num_buckets": 1})
 
-    def __init__(self, num_heads, key_dim, num_buckets=32, num_hashes=1, chunk_length=64, redraw=None, seed=None,
-                 **kwargs):
+    def __init__(
+        self, num_heads, key_dim, num_buckets=32, num_hashes=1, chunk_length=64, redraw=None, seed=None, **kwargs
+    ):
         super().__init__(num_heads, key_dim, chunk_length=chunk_length, **kwargs)
         check_positive_int("num_buckets", num_buckets)
         if num_buckets > 1 and num_buckets % 2:

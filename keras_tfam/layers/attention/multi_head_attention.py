@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_tfam.layers.attention.attention_kernels import SOFTMAX_KERNELS, choose_kernel
 from keras_tfam.layers.attention.base_attention import BaseAttention
 from keras_tfam.layers.attention.registry import register_attention
 from keras_tfam.layers.position.attention_position_scheme import AttentionPositionScheme
@@ -16,25 +17,21 @@ from keras_tfam.ops.attention import (
 from keras_tfam.ops.banded import band_block_size, banded_attention
 from keras_tfam.utils import static_dim, static_int
 
-# Causal self-attention over at least this many positions runs in query blocks.
+# "auto" runs causal self-attention over at least this many positions in query blocks.
 _CAUSAL_BLOCK_MIN_LENGTH = 128
 _CAUSAL_BLOCKS = 4
 
 
-def _causal_query_blocks(query_length, key_length, attention_mask):
-    """`[(start, stop), ...]` query blocks for causal self-attention, or `None`.
-
-    Only for static, equal query and key lengths (no cache), and an explicit
-    `attention_mask` whose last two axes are static (full or broadcast).
-    """
-    if query_length is None or query_length != key_length or query_length < _CAUSAL_BLOCK_MIN_LENGTH:
-        return None
-    if attention_mask is not None and not (
-        attention_mask.shape[-2] in (1, query_length) and attention_mask.shape[-1] in (1, key_length)
-    ):
-        return None
-    bounds = [query_length * i // _CAUSAL_BLOCKS for i in range(_CAUSAL_BLOCKS + 1)]
+def _causal_query_blocks(length):
+    """`[(start, stop), ...]`: `_CAUSAL_BLOCKS` blocks of queries (fewer for fewer positions)."""
+    count = min(_CAUSAL_BLOCKS, length)
+    bounds = [length * i // count for i in range(count + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _first(*checks):
+    """The reason of the first check `(holds, reason)` that does not hold, or `None`: why a kernel cannot run."""
+    return next((reason for holds, reason in checks if not holds), None)
 
 
 @register_attention("softmax")
@@ -72,13 +69,11 @@ class MultiHeadAttention(BaseAttention):
     or dilated windows, the Sparse Transformer's strided and fixed patterns,
     blockwise, global tokens, BigBird, their unions and per-head
     combinations) restricts which keys each query sees, on top of the other
-    masks. Whenever the allowed keys lie in a band around the query (a
-    `window`, or a pattern with a bounded `lookback` and `lookahead`),
-    self-attention without a cache runs banded: blocks of queries over
-    their neighbouring key blocks, `O(T * window)` time and memory instead
-    of `O(T^2)` (`keras_tfam.ops.banded`). Other patterns are applied as a
-    dense mask. A pattern with a bounded `lookback` makes every cache a
-    ring of `lookback` slots, as a `window` does.
+    masks; when the allowed keys lie in a band around the query (a
+    `window`, or a pattern with a bounded `lookback` and `lookahead`), the
+    banded kernel computes `O(T * window)` scores instead of `O(T^2)`. A
+    pattern with a bounded `lookback` makes every cache a ring of
+    `lookback` slots, as a `window` does.
 
     A `memory` (Transformer-XL's segment recurrence, Dai et al. 2019) holds
     the states of the `M` positions before the queries: its keys and values
@@ -87,17 +82,24 @@ class MultiHeadAttention(BaseAttention):
     positions `0 .. M - 1`, the queries and their keys follow from `M`).
     The caller stops its gradient.
 
-    Causal self-attention over 128 positions or more (static lengths, no
-    cache, no band) runs in 4 blocks of queries, each over the keys up to
-    its last position: the score blocks above the diagonal, all masked,
-    are skipped. On a GPU (JAX backend, bfloat16 or float16 heads), such
-    plain causal self-attention (no padding, window, pattern or score bias)
-    runs as one fused flash-attention kernel instead (`flash_attention_fits`).
+    The kernel is a named choice (`attention_kernel`, as Keras'
+    `flash_attention` and transformers' `attn_implementation`; see
+    `keras_tfam.layers.attention.attention_kernels`): `"dense"` (every
+    call), `"query_blocks"` (causal self-attention, the score blocks above
+    the diagonal skipped), `"banded"` (the allowed keys in a band) or
+    `"flash"` (one fused kernel, on JAX on a GPU with 16-bit heads: plain
+    causal self-attention without padding, window, pattern, score bias or
+    active dropout). An explicit kernel runs every call it can compute and
+    refuses the others in one `ValueError`; `"auto"` runs banded when the
+    band is narrower than the sequence, else flash, else query blocks for
+    causal self-attention over 128 positions or more, else dense.
 
     The pipeline (projections, position scheme, cache, merge) is
     `BaseAttention`'s; this class is its softmax kernel (`attend`). Kinds
     that keep its masks, bands and caches but change the scores' kernel
-    (linear attention's windowed form) override `_compute_attention`.
+    (linear attention's windowed form) override `_compute_attention`, and
+    declare the named kernels that run it (`attention_kernels`; never
+    `"flash"`, which does not).
 
     Args:
         num_heads: number of query heads `N`.
@@ -124,6 +126,8 @@ class MultiHeadAttention(BaseAttention):
         qkv_bias: whether the query, key and value projections have biases;
             defaults to `use_bias` (GPT-Neo: `False`, with a biased output
             projection).
+        attention_kernel: `"auto"`, `"dense"`, `"query_blocks"`,
+            `"banded"` or `"flash"` (above).
 
     Call arguments:
         query: `(B, T, D)`.
@@ -158,52 +162,115 @@ class MultiHeadAttention(BaseAttention):
         >>> x = keras.random.normal((2, 16, 512))
         >>> attention(x, use_causal_mask=True).shape
         (2, 16, 512)
+        >>> local = MultiHeadAttention(num_heads=8, key_dim=64, attention_kernel="banded")
+        >>> local(x, use_causal_mask=True, window=4).shape  # without a window or pattern: a ValueError
+        (2, 16, 512)
     """
 
+    attention_kernels = SOFTMAX_KERNELS
 
     def attend(self, query, key, value, context):
-        """Softmax attention: banded when the allowed keys lie in a band, by query blocks when causal and
-        long, else dense under the merged mask."""
-        query_length, key_length = static_dim(query.shape[1]), static_dim(key.shape[1])
+        """Softmax attention by the kernel `kernel_for` names: banded, flash, query blocks or dense."""
+        query_length = static_dim(query.shape[1])
         if self.pattern is not None and not context.cached and query_length is not None:
             self.pattern.check_length(query_length)
-        plain = not context.cached and context.attention_mask is None and not context.return_attention_scores
-        band = None
-        if plain and self._position_fits_band():
-            band = self._band(query_length, key_length, context.causal, context.window)
-        if band is not None:
+        kernel = self.kernel_for(query, key, context)
+        if kernel == "banded":
             outputs = banded_attention(
                 query,
                 key,
                 value,
-                *band,
+                *self._band(context.causal, context.window),
                 query_mask=context.query_mask,
                 key_mask=context.key_mask,
                 mask_fn=context.rule,
                 bias_fn=None if self.position is None else self.position.attention_bias,
-                attend=lambda q, k, v, mask, bias: self._compute_attention(q, k, v, mask, bias, context.training, False)[0],
+                attend=lambda q, k, v, mask, bias: self._compute_attention(
+                    q, k, v, mask, bias, context.training, False
+                )[0],
             )
             return outputs, None, None
-        if plain and self._flash_fits(query, key, query_length, key_length, context):
+        if kernel == "flash":
             return flash_causal_attention(query, key, value, self.scale), None, None
-        blocks = None
-        if context.causal and not context.cached and not context.return_attention_scores:
-            blocks = _causal_query_blocks(query_length, key_length, context.attention_mask)
-        if blocks:
-            # Causal self-attention by blocks of queries, each over the keys up
-            # to its last position: the score blocks above the diagonal, all
-            # masked, are never computed (5/8 of the scores with 4 blocks).
+        if kernel == "query_blocks":
+            # Each block of queries over the keys up to its last position: the score blocks above the
+            # diagonal, all masked, are never computed (5/8 of the scores with 4 blocks).
             outputs = ops.concatenate(
                 [
-                    self._dense_attention(query[:, start:stop], key[:, :stop], value[:, :stop],
-                                          context.query_block(start, stop))[0]
-                    for start, stop in blocks
+                    self._dense_attention(
+                        query[:, start:stop], key[:, :stop], value[:, :stop], context.query_block(start, stop)
+                    )[0]
+                    for start, stop in _causal_query_blocks(query_length)
                 ],
                 axis=1,
             )
             return outputs, None, None
         outputs, weights = self._dense_attention(query, key, value, context)
         return outputs, weights, None
+
+    def kernel_for(self, query, key, context):
+        """The name of the kernel this call runs (`attention_kernels.choose_kernel`).
+
+        `"auto"` prefers, where they can compute the call: banded when the
+        band is narrower than the sequence, flash, query blocks from
+        `_CAUSAL_BLOCK_MIN_LENGTH` positions on; else dense.
+        """
+        refusals = self._kernel_refusals(query, key, context)
+        preferred = []
+        length = static_dim(query.shape[1])
+        if refusals.get("banded", "") is None and length > band_block_size(*self._band(context.causal, context.window)):
+            preferred.append("banded")  # narrower than the sequence
+        preferred.append("flash")
+        if length is not None and length >= _CAUSAL_BLOCK_MIN_LENGTH:
+            preferred.append("query_blocks")
+        return choose_kernel(self, refusals, preferred)
+
+    def _kernel_refusals(self, query, key, context):
+        """`{kernel: None}` for each declared kernel that can compute this call, `{kernel: why not}` for the others."""
+        query_length, key_length = static_dim(query.shape[1]), static_dim(key.shape[1])
+        mask = context.attention_mask
+        blocks = (  # what query blocks, the band and flash all need
+            (not context.cached, "a cache is given"),
+            (not context.return_attention_scores, "return_attention_scores=True"),
+            (
+                query_length is not None and query_length == key_length,
+                "it needs static, equal query and key lengths: self-attention without a memory",
+            ),
+        )
+        plain = blocks + ((mask is None, "an attention_mask is given"),)
+        refusals = {
+            "dense": None,
+            "query_blocks": _first(
+                *blocks,
+                (context.causal, "use_causal_mask=False"),
+                (
+                    mask is None or (mask.shape[-2] in (1, query_length) and mask.shape[-1] in (1, key_length)),
+                    "the attention_mask's last two axes are not static",
+                ),
+            ),
+            "banded": _first(
+                *plain,
+                (self._position_fits_band(), "the position scheme needs whole score rows"),
+                (
+                    self._band(context.causal, context.window) is not None,
+                    "it needs a static window, or a pattern with a bounded lookback and lookahead",
+                ),
+            ),
+            "flash": _first(
+                *plain,
+                (context.causal, "use_causal_mask=False"),
+                (context.query_mask is None and context.key_mask is None, "a padding mask is given"),
+                (context.window is None, "a window is given"),
+                (self.pattern is None, "the layer has a pattern"),
+                (self.position is None or not self.position.acts_on_scores, "the position scheme changes the scores"),
+                (not (self.dropout and context.training), "dropout is active"),
+                (
+                    flash_attention_fits(query, key),
+                    "no fused kernel here; flash_attention_fits needs JAX on a GPU and 16-bit heads",
+                ),
+            ),
+        }
+        return {name: refusals[name] for name in self.attention_kernels}
 
     def _dense_attention(self, query, key, value, context):
         """Position bias and the merged mask, then attention: `(outputs, weights or None)`."""
@@ -214,56 +281,49 @@ class MultiHeadAttention(BaseAttention):
         if self.position is not None and self.position.acts_on_weights:
             dropout = self.dropout_layer if self.dropout else None
             return self.position.attend(
-                query, key, value, context.query_positions, context.key_positions, mask, bias, self.scale, dropout,
+                query,
+                key,
+                value,
+                context.query_positions,
+                context.key_positions,
+                mask,
+                bias,
+                self.scale,
+                dropout,
                 context.training,
             )
         return self._compute_attention(query, key, value, mask, bias, context.training, context.return_attention_scores)
-
-    def _flash_fits(self, query, key, query_length, key_length, context):
-        """Whether this call is plain causal self-attention that a fused kernel computes (`flash_attention_fits`):
-        no padding, window, pattern, score-changing position scheme or active dropout."""
-        return (
-            context.causal and query_length is not None and query_length == key_length
-            and context.query_mask is None and context.key_mask is None
-            and context.window is None and self.pattern is None
-            and (self.position is None or not self.position.acts_on_scores)
-            and not (self.dropout and context.training)
-            and type(self)._compute_attention is MultiHeadAttention._compute_attention
-            and flash_attention_fits(query, key)
-        )
 
     def _position_fits_band(self):
         """Whether the position scheme works per block of a band: rotations and position-only biases do;
         terms from the query or key content and changes of the weights need whole score rows."""
         position = self.position
-        return position is None or not position.acts_on_weights and (
-            type(position).score_terms is AttentionPositionScheme.score_terms
+        return (
+            position is None
+            or not position.acts_on_weights
+            and (type(position).score_terms is AttentionPositionScheme.score_terms)
         )
 
-    def _band(self, query_length, key_length, causal, window):
-        """`(lookback, lookahead)` of banded self-attention over `query_length` positions, or `None`.
-
-        Banded when both lengths are static and equal, and the allowed keys
-        lie in a band (a static `window`, or a pattern's bounded extents)
-        narrower than the sequence.
-        """
-        if query_length is None or query_length != key_length:
-            return None
+    def _band(self, causal, window):
+        """`(lookback, lookahead)` of the band the allowed keys lie in (a static `window`, a pattern's bounded
+        extents), or `None`."""
         if window is not None and static_int(window) is None:
             return None
         window = None if window is None else static_int(window)
         pattern = self.pattern
         backs = [x for x in (window, None if pattern is None else pattern.lookback) if x is not None]
-        aheads = [0] if causal else [
-            x for x in (None if window is None else window - 1, None if pattern is None else pattern.lookahead)
-            if x is not None
-        ]
+        aheads = (
+            [0]
+            if causal
+            else [
+                x
+                for x in (None if window is None else window - 1, None if pattern is None else pattern.lookahead)
+                if x is not None
+            ]
+        )
         if not backs or not aheads:
             return None
-        lookback, lookahead = min(backs), min(aheads)
-        if query_length <= band_block_size(lookback, lookahead):
-            return None
-        return lookback, lookahead
+        return min(backs), min(aheads)
 
     def _compute_attention(self, query, key, value, attention_mask, bias, training, return_attention_scores):
         """Attention of `(B, T, N, H)` queries over `(B, S, K, H)` keys/values under a dense mask.

@@ -51,7 +51,14 @@ class PerformerAttention(LinearAttention):
     example_options = ({"num_features": 16, "seed": 0}, {"num_features": 8, "features": "trigonometric", "seed": 1})
 
     def __init__(
-        self, num_heads, key_dim, num_features=256, features="positive", orthogonal=True, redraw=None, seed=None,
+        self,
+        num_heads,
+        key_dim,
+        num_features=256,
+        features="positive",
+        orthogonal=True,
+        redraw=None,
+        seed=None,
         **kwargs,
     ):
         if features not in FEATURES:
@@ -68,7 +75,10 @@ class PerformerAttention(LinearAttention):
         config = super().get_config()
         del config["feature_map"]
         config.update(
-            num_features=self.num_features, features=self.features, orthogonal=self.orthogonal, redraw=self.redraw,
+            num_features=self.num_features,
+            features=self.features,
+            orthogonal=self.orthogonal,
+            redraw=self.redraw,
             seed=self.seed,
         )
         return config

@@ -51,8 +51,9 @@ class RandomFeatureAttention(LinearAttention):
 
     example_options = ({"num_features": 8, "seed": 0}, {"num_features": 8, "gating": True, "seed": 1})
 
-    def __init__(self, num_heads, key_dim, num_features=128, gating=False, orthogonal=True, redraw=None, seed=None,
-                 **kwargs):
+    def __init__(
+        self, num_heads, key_dim, num_features=128, gating=False, orthogonal=True, redraw=None, seed=None, **kwargs
+    ):
         feature_map = TrigonometricRandomFeatures(
             num_features, normalize=True, orthogonal=orthogonal, redraw=redraw, seed=seed, name="phi"
         )
@@ -83,7 +84,10 @@ class RandomFeatureAttention(LinearAttention):
         config = super().get_config()
         del config["feature_map"]
         config.update(
-            num_features=self.num_features, gating=self.gating, orthogonal=self.orthogonal, redraw=self.redraw,
+            num_features=self.num_features,
+            gating=self.gating,
+            orthogonal=self.orthogonal,
+            redraw=self.redraw,
             seed=self.seed,
         )
         return config

@@ -31,6 +31,13 @@ def register_attention(name, decoder=True):
     return register
 
 
+def unregister_attention(name):
+    """Removes the kind registered as `name` (a kind registered for a test, say); a `ValueError` if there is none."""
+    if name not in _KINDS:
+        raise ValueError(f"No attention kind is registered as {name!r}. Registered: {sorted(_KINDS)}")
+    del _KINDS[name]
+
+
 def attention_kinds(decoder=None):
     """`{name: class}` of the registered kinds; with `decoder=True` those decoder models offer."""
     return {name: cls for name, cls in _KINDS.items() if decoder is None or cls.decoder_kind == decoder}

@@ -3,8 +3,8 @@
 import math
 import random
 
-from keras import ops
 import keras
+from keras import ops
 
 from keras_tfam.utils import check_positive_int, is_integer
 

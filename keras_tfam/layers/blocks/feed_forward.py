@@ -81,9 +81,7 @@ class FeedForward(keras.layers.Layer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.output_kernel_initializer = keras.initializers.get(
-            output_kernel_initializer or kernel_initializer
-        )
+        self.output_kernel_initializer = keras.initializers.get(output_kernel_initializer or kernel_initializer)
         self.supports_masking = True
 
     def _dense(self, units, name, initializer):
@@ -97,16 +95,12 @@ class FeedForward(keras.layers.Layer):
         )
 
     def build(self, inputs_shape):
-        self.intermediate_dense = self._dense(
-            self.intermediate_dim, "intermediate", self.kernel_initializer
-        )
+        self.intermediate_dense = self._dense(self.intermediate_dim, "intermediate", self.kernel_initializer)
         self.intermediate_dense.build(inputs_shape)
         if self.activation in _GATED:
             self.gate_dense = self._dense(self.intermediate_dim, "gate", self.kernel_initializer)
             self.gate_dense.build(inputs_shape)
-        self.output_dense = self._dense(
-            self.output_dim or inputs_shape[-1], "output", self.output_kernel_initializer
-        )
+        self.output_dense = self._dense(self.output_dim or inputs_shape[-1], "output", self.output_kernel_initializer)
         self.output_dense.build(tuple(inputs_shape[:-1]) + (self.intermediate_dim,))
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True

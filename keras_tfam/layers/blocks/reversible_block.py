@@ -102,5 +102,7 @@ class ReversibleBlock(TransformerBlockBase):
 
     def get_config(self):
         config = super().get_config()
-        config.update(attention=keras.saving.serialize_keras_object(self.attention), use_causal_mask=self.use_causal_mask)
+        config.update(
+            attention=keras.saving.serialize_keras_object(self.attention), use_causal_mask=self.use_causal_mask
+        )
         return config

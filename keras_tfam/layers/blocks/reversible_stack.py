@@ -131,11 +131,11 @@ def _reversible_run(blocks, trainable, frozen, training):
             grads = [ops.zeros_like(value) for value in values]
             (y1, y2), (dy1, dy2) = ops.split(outputs, 2, axis=-1), ops.split(upstream, 2, axis=-1)
             for block in reversed(blocks):
-                g, from_g = branch_vjp(block.feed_forward_branch, (block.feed_forward_norm, block.feed_forward), y1, dy2,
-                                       values, grads)
+                feed_forward = (block.feed_forward_norm, block.feed_forward)
+                g, from_g = branch_vjp(block.feed_forward_branch, feed_forward, y1, dy2, values, grads)
                 x2, dz1 = y2 - g, dy1 + from_g
-                f, from_f = branch_vjp(block.attention_branch, (block.attention_norm, block.attention_layer), x2, dz1,
-                                       values, grads)
+                attention = (block.attention_norm, block.attention_layer)
+                f, from_f = branch_vjp(block.attention_branch, attention, x2, dz1, values, grads)
                 (y1, y2), (dy1, dy2) = (y1 - f, x2), (dz1, dy2 + from_f)
             return (ops.concatenate([dy1, dy2], axis=-1), *grads)
 

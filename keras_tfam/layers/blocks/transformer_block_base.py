@@ -65,9 +65,7 @@ class TransformerBlockBase(keras.layers.Layer):
         self.position = position
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.output_kernel_initializer = keras.initializers.get(
-            output_kernel_initializer or kernel_initializer
-        )
+        self.output_kernel_initializer = keras.initializers.get(output_kernel_initializer or kernel_initializer)
         self.supports_masking = True
 
     def _check_injected(self, name, layer):

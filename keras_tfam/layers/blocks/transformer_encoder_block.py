@@ -57,9 +57,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
 
     def build(self, inputs_shape):
         self.attention_norm = self._make_norm("attention_norm", inputs_shape)
-        self.attention_layer = self.attention or self._make_attention(
-            "attention", inputs_shape[-1], self.position
-        )
+        self.attention_layer = self.attention or self._make_attention("attention", inputs_shape[-1], self.position)
         if not self.attention_layer.built:
             self.attention_layer.build(inputs_shape, inputs_shape)
         self._build_feed_forward(inputs_shape)

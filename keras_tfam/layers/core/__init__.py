@@ -1,1 +1,3 @@
 from keras_tfam.layers.core.dense import Dense
+
+__all__ = ["Dense"]

@@ -4,16 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.utils import (
-    FreesDeletedVariables,
-    check_positive_int,
-    columns_product,
-    is_single_row,
-    rows_product,
-    takes_bfloat16_rows_product,
-    takes_columns_product,
-    takes_int8_rows_product,
-)
+from keras_tfam.engine import current_engine
+from keras_tfam.utils import FreesDeletedVariables, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -27,11 +19,8 @@ class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
     Keras' `ReversibleEmbedding` with the weights tied, float32 logits and
     checked ids: `quantize("int8" | "int4")` quantizes the one matrix for
     both directions, and `enable_lora(rank)` adapts both, as Keras does.
-    The logits of one row are `E @ h`, and on a CPU (TensorFlow, JAX) those
-    of 2 to 64 rows `(E @ h^T)^T` (`keras_tfam.utils.columns_product`; a
-    bfloat16 or float16 `E` in float32, as XLA multiplies it): both read `E`
-    as the rows it is stored as, where the CPU product `h @ E^T` reads it at
-    about half the speed (BENCHMARKS.md, "A few rows").
+    Inside an entered engine (the generator's decoding loop), the engine may
+    compute the logits in another form (`keras_tfam.engine.Engine.reverse_embedding`).
 
     Args:
         vocabulary_size: number of token ids `V`.
@@ -77,24 +66,8 @@ class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
     def call(self, inputs, reverse=False):
         if reverse:
             inputs = ops.cast(inputs, self.compute_dtype)
-            if takes_bfloat16_rows_product(inputs, self.embeddings) and self.logit_soft_cap is None \
-                    and self.reverse_dtype is None:
-                # One row of a bfloat16 table, where its rows widened by their bits read faster than XLA's
-                # float32 copy (`keras_tfam.utils.rows_product`); `E` is already rows `(V, D)`.
-                logits = rows_product(inputs, self.embeddings, self.compute_dtype)
-            elif is_single_row(inputs) and self.logit_soft_cap is None and self.reverse_dtype is None:
-                # One row (decoding one sequence): `E @ h` reads `E` row by row, one matrix-vector
-                # product; `h @ E^T` made XLA's CPU backend copy `E` transposed inside a
-                # single-threaded loop (about 40% slower per token for GPT-2 small's head).
-                column = ops.matmul(self.embeddings, ops.reshape(inputs, (-1, 1)))
-                logits = ops.reshape(column, tuple(inputs.shape[:-1]) + (self.vocabulary_size,))
-            elif takes_columns_product(inputs, self.embeddings) and self.logit_soft_cap is None \
-                    and self.reverse_dtype is None:
-                # A few rows (decoding a batch): `(E @ h^T)^T` reads `E` as the rows it is, about twice as fast
-                # as the CPU product `h @ E^T` for 2 to 16 rows (`keras_tfam.utils.columns_product`). A 16-bit
-                # `E` is widened to float32 there, a loop invariant XLA hoists out of a decoding loop.
-                logits = columns_product(inputs, self.embeddings)
-            else:
+            logits = current_engine().reverse_embedding(self, inputs)
+            if logits is None:
                 logits = super().call(inputs, reverse=True)
             return ops.cast(logits, self.logits_dtype)
         self._check_ids(inputs)
@@ -108,15 +81,8 @@ class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
         return super().quantized_call(ops.cast(inputs, "int32"))
 
     def _int8_call(self, inputs, reverse=False):
-        if not (reverse and takes_int8_rows_product(inputs)) or self.logit_soft_cap is not None:
-            return super()._int8_call(inputs, reverse=reverse)
-        # One row: Keras' int8 logits, with the int8 `E` read one byte per weight under XLA
-        # (`rows_product`); `E` is already rows `(V, D)`.
-        scale = self.embeddings_scale
-        if self.inputs_quantizer:
-            inputs, inputs_scale = self.inputs_quantizer(inputs)
-            scale = ops.multiply(inputs_scale, scale)
-        return ops.divide(rows_product(inputs, self._embeddings, self.compute_dtype), scale)
+        logits = current_engine().int8_logits(self, inputs) if reverse else None
+        return super()._int8_call(inputs, reverse=reverse) if logits is None else logits
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras refuses subclasses unless they opt in: `quantized_call` above keeps our call's contract.

@@ -116,7 +116,9 @@ class CompressiveMemory(keras.layers.Layer):
         width = states_shape[-1]
         if self.compressive and self.compression == "conv":
             rate = self.compression_rate
-            self.kernel = self.add_weight(name="kernel", shape=(rate, width, width), initializer=self.kernel_initializer)
+            self.kernel = self.add_weight(
+                name="kernel", shape=(rate, width, width), initializer=self.kernel_initializer
+            )
             self.bias = self.add_weight(name="bias", shape=(width,), initializer="zeros")
         self.built = True
 
@@ -126,7 +128,8 @@ class CompressiveMemory(keras.layers.Layer):
             return ops.mean(groups, axis=2)
         if self.compression == "max":
             return ops.max(groups, axis=2)
-        return ops.einsum("bgcd,cde->bge", groups, ops.cast(self.kernel, groups.dtype)) + ops.cast(self.bias, groups.dtype)
+        compressed = ops.einsum("bgcd,cde->bge", groups, ops.cast(self.kernel, groups.dtype))
+        return compressed + ops.cast(self.bias, groups.dtype)
 
     def call(self, states):
         if not self.compressive:

@@ -47,9 +47,7 @@ class RMSNorm(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, inputs_shape):
-        self.scale = self.add_weight(
-            name="scale", shape=(inputs_shape[-1],), initializer=self.scale_initializer
-        )
+        self.scale = self.add_weight(name="scale", shape=(inputs_shape[-1],), initializer=self.scale_initializer)
         self.built = True
 
     def call(self, inputs):

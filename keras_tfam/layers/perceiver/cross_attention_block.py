@@ -36,7 +36,9 @@ class CrossAttentionBlock(keras.layers.Layer):
         (2, 8, 32)
     """
 
-    def __init__(self, num_heads, intermediate_dim=None, use_query_residual=True, activation="gelu", dropout=0.0, **kwargs):
+    def __init__(
+        self, num_heads, intermediate_dim=None, use_query_residual=True, activation="gelu", dropout=0.0, **kwargs
+    ):
         super().__init__(**kwargs)
         check_positive_int("num_heads", num_heads)
         self.num_heads = num_heads
@@ -53,15 +55,16 @@ class CrossAttentionBlock(keras.layers.Layer):
         self.query_norm.build(query_shape)
         self.value_norm = keras.layers.LayerNormalization(name="value_norm", **norm)
         self.value_norm.build(value_shape)
-        self.attention = MultiHeadAttention(
-            self.num_heads, key_dim, dtype=self.dtype_policy, name="attention"
-        )
+        self.attention = MultiHeadAttention(self.num_heads, key_dim, dtype=self.dtype_policy, name="attention")
         self.attention.build(query_shape, value_shape)
         self.mlp_norm = keras.layers.LayerNormalization(name="mlp_norm", **norm)
         self.mlp_norm.build(query_shape)
         self.mlp = FeedForward(
-            self.intermediate_dim or width, activation=self.activation, dropout=self.dropout,
-            dtype=self.dtype_policy, name="mlp",
+            self.intermediate_dim or width,
+            activation=self.activation,
+            dropout=self.dropout,
+            dtype=self.dtype_policy,
+            name="mlp",
         )
         self.mlp.build(query_shape)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)

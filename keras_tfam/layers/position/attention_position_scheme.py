@@ -110,8 +110,10 @@ class AttentionPositionScheme(keras.layers.Layer):
     def acts_on_scores(self):
         """Whether the scheme adds to the scores or changes the weights (kernels without scores cannot use it)."""
         cls = type(self)
-        return self.acts_on_weights or cls.attention_bias is not AttentionPositionScheme.attention_bias or (
-            cls.score_terms is not AttentionPositionScheme.score_terms
+        return (
+            self.acts_on_weights
+            or cls.attention_bias is not AttentionPositionScheme.attention_bias
+            or (cls.score_terms is not AttentionPositionScheme.score_terms)
         )
 
     def score_bias(self, query, key, query_positions, key_positions, scale=None):
@@ -127,8 +129,19 @@ class AttentionPositionScheme(keras.layers.Layer):
         terms = ops.multiply(ops.cast(terms, "float32"), scale)
         return terms if bias is None else ops.add(terms, ops.cast(bias, "float32"))
 
-    def attend(self, query, key, value, query_positions, key_positions, attention_mask=None, bias=None, scale=None,
-               dropout=None, training=None):
+    def attend(
+        self,
+        query,
+        key,
+        value,
+        query_positions,
+        key_positions,
+        attention_mask=None,
+        bias=None,
+        scale=None,
+        dropout=None,
+        training=None,
+    ):
         """Softmax attention with explicit weights, `reweight` and `value_terms` applied.
 
         Args:

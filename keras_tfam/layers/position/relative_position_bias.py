@@ -30,9 +30,7 @@ def relative_position_buckets(distance, bidirectional=True, num_buckets=32, max_
     is_small = ops.less(distance, max_exact)
     safe = ops.cast(ops.maximum(distance, 1), "float32")
     large = max_exact + ops.cast(
-        ops.log(safe / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact),
+        ops.log(safe / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact),
         "int32",
     )
     large = ops.minimum(large, num_buckets - 1)
@@ -82,9 +80,7 @@ class RelativePositionBias(AttentionPositionScheme):
         check_positive_int("num_heads", num_heads)
         min_buckets = 4 if bidirectional else 2
         if not isinstance(num_buckets, int) or num_buckets < min_buckets:
-            raise ValueError(
-                f"`num_buckets` must be an integer >= {min_buckets}. Received: num_buckets={num_buckets}"
-            )
+            raise ValueError(f"`num_buckets` must be an integer >= {min_buckets}. Received: num_buckets={num_buckets}")
         exact = num_buckets // (4 if bidirectional else 2)
         if max_distance <= exact:
             raise ValueError(
@@ -107,9 +103,7 @@ class RelativePositionBias(AttentionPositionScheme):
 
     def attention_bias(self, query_positions, key_positions):
         distance = relative_distance(query_positions, key_positions)
-        buckets = relative_position_buckets(
-            distance, self.bidirectional, self.num_buckets, self.max_distance
-        )
+        buckets = relative_position_buckets(distance, self.bidirectional, self.num_buckets, self.max_distance)
         bias = ops.take(ops.cast(self.embeddings, "float32"), buckets, axis=0)  # [T, S, N]
         return ops.expand_dims(ops.transpose(bias, (2, 0, 1)), 0)  # [1, N, T, S]
 

@@ -47,13 +47,9 @@ class RotaryEmbedding(AttentionPositionScheme):
     def __init__(self, max_wavelength=10000, scaling_factor=1.0, pairing="interleaved", scaling=None, **kwargs):
         super().__init__(**kwargs)
         if max_wavelength <= 1:
-            raise ValueError(
-                f"`max_wavelength` must be greater than 1. Received: max_wavelength={max_wavelength}"
-            )
+            raise ValueError(f"`max_wavelength` must be greater than 1. Received: max_wavelength={max_wavelength}")
         if scaling_factor <= 0:
-            raise ValueError(
-                f"`scaling_factor` must be positive. Received: scaling_factor={scaling_factor}"
-            )
+            raise ValueError(f"`scaling_factor` must be positive. Received: scaling_factor={scaling_factor}")
         if pairing not in PAIRINGS:
             raise ValueError(f"`pairing` must be one of {PAIRINGS}. Received: pairing={pairing!r}")
         self.max_wavelength = max_wavelength
@@ -68,9 +64,8 @@ class RotaryEmbedding(AttentionPositionScheme):
         positions = positions / self.scaling_factor
         if self.scaling is not None and self.scaling["type"] == "dynamic":
             # The sequence so far holds `start_index + length` positions (Hugging Face: max(position_ids) + 1).
-            frequencies = dynamic_inverse_frequencies(
-                float(self.max_wavelength), dim, self.scaling, ops.cast(start_index, "float32") + ops.cast(length, "float32"), ops
-            )
+            seen = ops.cast(start_index, "float32") + ops.cast(length, "float32")
+            frequencies = dynamic_inverse_frequencies(float(self.max_wavelength), dim, self.scaling, seen, ops)
             factor = 1.0
         else:
             frequencies, factor = inverse_frequencies(float(self.max_wavelength), dim, self.scaling)

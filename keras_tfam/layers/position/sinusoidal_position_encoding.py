@@ -31,17 +31,13 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
         if max_wavelength <= 1:
-            raise ValueError(
-                f"`max_wavelength` must be greater than 1. Received: max_wavelength={max_wavelength}"
-            )
+            raise ValueError(f"`max_wavelength` must be greater than 1. Received: max_wavelength={max_wavelength}")
         self.max_wavelength = max_wavelength
         self.built = True
 
     def call(self, inputs, start_index=0):
         if len(inputs.shape) < 2:
-            raise ValueError(
-                f"`inputs` must have shape (..., seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
-            )
+            raise ValueError(f"`inputs` must have shape (..., seq, dim). Received: inputs.shape={tuple(inputs.shape)}")
         shape = ops.shape(inputs)
         dim = inputs.shape[-1]
         positions = ops.cast(ops.arange(shape[-2]), "float32") + ops.cast(start_index, "float32")

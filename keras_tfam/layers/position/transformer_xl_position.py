@@ -99,7 +99,9 @@ class TransformerXLPosition(HeadsPositionScheme):
         if encoding_dim is not None:
             check_positive_int("encoding_dim", encoding_dim)
             if encoding_dim % 2:
-                raise ValueError(f"`encoding_dim` must be even (sines and cosines). Received: encoding_dim={encoding_dim}")
+                raise ValueError(
+                    f"`encoding_dim` must be even (sines and cosines). Received: encoding_dim={encoding_dim}"
+                )
         if max_wavelength <= 1:
             raise ValueError(f"`max_wavelength` must be greater than 1. Received: max_wavelength={max_wavelength}")
         self.num_heads = num_heads
@@ -163,8 +165,7 @@ class TransformerXLPosition(HeadsPositionScheme):
 
         def gathered():
             # Signed distances -(T - 1) .. S - 1: keys after a query (a non-causal call, a prefill) too.
-            distance = ops.clip(relative_distance(query_positions, key_positions) + queries - 1, 0,
-                                keys + queries - 2)
+            distance = ops.clip(relative_distance(query_positions, key_positions) + queries - 1, 0, keys + queries - 2)
             table = self._position_scores(query, ops.arange(keys + queries - 1, dtype="int32") - (queries - 1))
             index = ops.broadcast_to(distance[None, None], (*ops.shape(table)[:3], keys))
             return ops.take_along_axis(table, index, axis=-1)

@@ -30,7 +30,9 @@ class ISAB(keras.layers.Layer):
         (2, 100, 32)
     """
 
-    def __init__(self, num_heads, num_inducing, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs):
+    def __init__(
+        self, num_heads, num_inducing, intermediate_dim=None, use_layer_norm=True, activation="relu", **kwargs
+    ):
         super().__init__(**kwargs)
         check_positive_int("num_inducing", num_inducing)
         self.num_heads = num_heads
@@ -46,8 +48,10 @@ class ISAB(keras.layers.Layer):
             name="inducing_points", shape=(self.num_inducing, width), initializer="glorot_uniform"
         )
         options = dict(
-            intermediate_dim=self.intermediate_dim, use_layer_norm=self.use_layer_norm,
-            activation=self.activation, dtype=self.dtype_policy,
+            intermediate_dim=self.intermediate_dim,
+            use_layer_norm=self.use_layer_norm,
+            activation=self.activation,
+            dtype=self.dtype_policy,
         )
         self.induce = MAB(self.num_heads, name="induce", **options)
         self.induce.build((inputs_shape[0], self.num_inducing, width), inputs_shape)

@@ -47,9 +47,7 @@ class MAB(keras.layers.Layer):
         width = query_shape[-1]
         key_dim = head_size("width", width, self.num_heads)
         value_shape = query_shape if value_shape is None else value_shape
-        self.attention = MultiHeadAttention(
-            self.num_heads, key_dim, dtype=self.dtype_policy, name="attention"
-        )
+        self.attention = MultiHeadAttention(self.num_heads, key_dim, dtype=self.dtype_policy, name="attention")
         self.attention.build(query_shape, value_shape)
         self.feed_forward = FeedForward(
             self.intermediate_dim or width, activation=self.activation, dtype=self.dtype_policy, name="rff"

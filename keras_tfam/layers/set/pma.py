@@ -48,8 +48,12 @@ class PMA(keras.layers.Layer):
         )
         self.row_feed_forward.build(inputs_shape)
         self.pool = MAB(
-            self.num_heads, intermediate_dim=self.intermediate_dim, use_layer_norm=self.use_layer_norm,
-            activation=self.activation, dtype=self.dtype_policy, name="pool",
+            self.num_heads,
+            intermediate_dim=self.intermediate_dim,
+            use_layer_norm=self.use_layer_norm,
+            activation=self.activation,
+            dtype=self.dtype_policy,
+            name="pool",
         )
         self.pool.build((inputs_shape[0], self.num_seeds, width), inputs_shape)
         self.built = True

@@ -39,8 +39,9 @@ def numpy_act(states, kernel, bias, epsilon):
 def test_matches_graves_and_adds_the_ponder_cost(bias):
     states = rng.normal(size=(2, 5, 6, 8)).astype("float32")
     padding = np.array([[1] * 6, [1] * 4 + [0] * 2], bool)
-    act = AdaptiveComputationTime(epsilon=0.1, ponder_cost_weight=0.5, kernel_initializer="random_normal",
-                                  halting_bias_initializer="zeros")
+    act = AdaptiveComputationTime(
+        epsilon=0.1, ponder_cost_weight=0.5, kernel_initializer="random_normal", halting_bias_initializer="zeros"
+    )
     act.build(states.shape)
     act.halting_unit.bias.assign([bias])
     outputs, weights, steps = act(states, padding_mask=padding, return_halting=True)

@@ -33,7 +33,9 @@ class TestAdaptiveHarness(TestFixedStepsHarness):
 
     def _layer(self, **overrides):
         halting = AdaptiveComputationTime(0.05, 0.01, dtype=overrides.get("dtype"))
-        return UniversalTransformer(block(dtype=overrides.get("dtype")), halting=halting, **{**self.init_kwargs, **overrides})
+        return UniversalTransformer(
+            block(dtype=overrides.get("dtype")), halting=halting, **{**self.init_kwargs, **overrides}
+        )
 
 
 @pytest.mark.parametrize("norm_position", ["post", "pre"])

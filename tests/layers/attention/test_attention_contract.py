@@ -31,10 +31,15 @@ COMMON_OPTIONS = {
     **{f"position_{name}": {"position": name} for name in ATTENTION_POSITIONS},
     "local_window": {"pattern": {"name": "sliding_window", "window": 3}},
     "strided": {"pattern": {"name": "strided", "stride": 3}},
-    "big_bird": {"pattern": {"name": "big_bird", "block_size": 2, "num_random_blocks": 1, "num_global_blocks": 1,
-                             "causal": True}},
-    "per_head": {"pattern": {"name": "per_head", "patterns": [{"name": "sliding_window", "window": 2},
-                                                               {"name": "strided", "stride": 3}]}},
+    "big_bird": {
+        "pattern": {"name": "big_bird", "block_size": 2, "num_random_blocks": 1, "num_global_blocks": 1, "causal": True}
+    },
+    "per_head": {
+        "pattern": {
+            "name": "per_head",
+            "patterns": [{"name": "sliding_window", "window": 2}, {"name": "strided", "stride": 3}],
+        }
+    },
 }
 
 

@@ -7,12 +7,12 @@ round); softmax over that union, each key once; LSH's shared QK drops the query'
 nothing else is left.
 """
 
+import keras
 import numpy as np
 import pytest
 from attention_checks import decode_in_steps, dense_weights
 from reference import softmax
 
-import keras
 from keras_tfam.layers import RotaryEmbedding
 from keras_tfam.layers.attention.lsh_attention import LSHAttention, lsh_buckets
 from keras_tfam.layers.attention.routing_attention import RoutingAttention
@@ -30,7 +30,8 @@ def _seen(query_buckets, key_buckets, chunk_length):
             query_rank = sum(key_buckets[r, i] == query_buckets[r, q] for i in range(q))
             for j in range(q + 1):
                 if key_buckets[r, j] == query_buckets[r, q] and key_rank[j] // chunk_length in (
-                    query_rank // chunk_length, query_rank // chunk_length - 1
+                    query_rank // chunk_length,
+                    query_rank // chunk_length - 1,
                 ):
                     seen[q, j] = True
     return seen
@@ -58,7 +59,7 @@ def _lsh_reference(layer, x):
             k = q[:, n] / np.sqrt(np.sum(q[:, n] ** 2, -1, keepdims=True) + 1e-6)
             buckets = np.asarray(lsh_buckets(k.astype("float32"), rotations.astype("float32"))).T  # (R, T)
             seen = _seen(buckets, buckets, layer.chunk_length)
-            out[b, :, n * h:(n + 1) * h] = _attend(q[:, n], k, v[:, n], seen, exclude_self=True)
+            out[b, :, n * h : (n + 1) * h] = _attend(q[:, n], k, v[:, n], seen, exclude_self=True)
     return out @ wo + bo
 
 
@@ -76,7 +77,7 @@ def _routing_reference(layer, x):
             query_clusters = np.argmax(unit(q[:, n]) @ unit(centroids[n]).T, -1)[None]
             key_clusters = np.argmax(unit(k[:, n]) @ unit(centroids[n]).T, -1)[None]
             seen = _seen(query_clusters, key_clusters, layer.chunk_length)
-            out[b, :, n * h:(n + 1) * h] = _attend(q[:, n], k[:, n], v[:, n], seen, exclude_self=False)
+            out[b, :, n * h : (n + 1) * h] = _attend(q[:, n], k[:, n], v[:, n], seen, exclude_self=False)
     return out @ wo + bo
 
 
@@ -129,5 +130,6 @@ def test_unknown_length_is_padded_and_masked_as_a_known_one(cls, causal):
     padded = np.concatenate([x, rng.normal(size=(1, 3, 8)).astype("float32")], axis=1)
     mask = np.array([[True] * 10 + [False] * 3])
     if causal:
-        np.testing.assert_allclose(np.asarray(layer(padded, query_mask=mask, use_causal_mask=True))[:, :10], eager,
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(layer(padded, query_mask=mask, use_causal_mask=True))[:, :10], eager, rtol=1e-5, atol=1e-5
+        )

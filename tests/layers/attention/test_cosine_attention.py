@@ -19,7 +19,8 @@ class TestCosineAttentionHarness(LayerHarness):
 
 
 def numpy_cosine_attention(layer, x, slopes=None):
-    """Liu et al. 2022, eq. 2: softmax(cos(q_i, k_j) / tau + B_ij) v, per head, causal; 1 / tau = exp(min(s, log 100))."""
+    """Liu et al. 2022, eq. 2: softmax(cos(q_i, k_j) / tau + B_ij) v, per head, causal;
+    1 / tau = exp(min(s, log 100))."""
     wq, bq, wk, bk, wv, bv, wo, bo = dense_weights(layer)
     n, kv, h = layer.num_heads, layer.num_key_value_heads, layer.key_dim
     b, t, _ = x.shape

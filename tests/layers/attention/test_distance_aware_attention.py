@@ -13,8 +13,13 @@ rng = np.random.default_rng(0)
 
 class TestDistanceAwareAttentionHarness(LayerHarness):
     layer_cls = DistanceAwareAttention
-    init_kwargs = {"num_heads": 2, "key_dim": 4, "num_key_value_heads": 1,
-                   "distance_weight_initializer": "random_normal", "sharpness_initializer": "random_normal"}
+    init_kwargs = {
+        "num_heads": 2,
+        "key_dim": 4,
+        "num_key_value_heads": 1,
+        "distance_weight_initializer": "random_normal",
+        "sharpness_initializer": "random_normal",
+    }
     call_kwargs = {"use_causal_mask": True}
 
     def make_inputs(self):
@@ -62,8 +67,11 @@ def test_matches_numpy_with_causal_and_padding_masks(num_kv_heads):
     x = rng.normal(size=(2, 7, 16)).astype("float32")
     padding = np.array([[1] * 7, [1] * 5 + [0] * 2], bool)
     layer = DistanceAwareAttention(
-        4, 4, num_key_value_heads=num_kv_heads,
-        distance_weight_initializer="random_normal", sharpness_initializer="random_normal",
+        4,
+        4,
+        num_key_value_heads=num_kv_heads,
+        distance_weight_initializer="random_normal",
+        sharpness_initializer="random_normal",
     )
     out = np.asarray(layer(x, query_mask=padding, use_causal_mask=True))
     mask = np.tril(np.ones((7, 7), bool))[None] & padding[:, None, :] & padding[:, :, None]

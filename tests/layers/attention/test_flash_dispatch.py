@@ -1,9 +1,8 @@
-"""Which calls `MultiHeadAttention` hands to a fused (flash) kernel, and that they get the same attention.
+"""Which calls `MultiHeadAttention(attention_kernel="auto")` hands to a fused (flash) kernel, and that they get
+the same attention.
 
-The fused kernel itself (cuDNN's, JAX on a GPU) runs only on a GPU: `scripts/gpu_bench.sh` checks it
-there against the explicit path. Here, where `flash_attention_fits` is false, the decision is forced true
-and the kernel stands in as `keras.ops.dot_product_attention(is_causal=True)` computed without a fused
-kernel: the tests check which calls are dispatched, and that what they pass (scale, grouped heads,
+Where `flash_attention_fits` is false, the `fused_calls` fixture (conftest.py) forces it true and stands the
+kernel in: the tests check which calls are dispatched, and that what they pass (scale, grouped heads,
 rotated queries and keys) gives Vaswani et al.'s attention (NumPy).
 """
 
@@ -20,22 +19,6 @@ from keras_tfam.ops.attention import flash_attention_fits
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture
-def fused_calls(monkeypatch):
-    """Forces the fused path's decision; returns the list of the calls it took."""
-    calls = []
-
-    def stand_in(query, key, value, scale=None):
-        calls.append(tuple(query.shape))
-        groups = query.shape[2] // key.shape[2]  # the kernel groups query heads; the stand-in repeats the keys
-        key, value = (keras.ops.repeat(x, groups, axis=2) for x in (key, value))
-        return keras.ops.dot_product_attention(query, key, value, scale=scale, is_causal=True, flash_attention=False)
-
-    monkeypatch.setattr(mha_module, "flash_attention_fits", lambda query, key: True)
-    monkeypatch.setattr(mha_module, "flash_causal_attention", stand_in)
-    return calls
-
-
 def test_no_fused_kernel_without_a_gpu():
     x = keras.ops.ones((1, 4, 2, 8), "bfloat16")
     assert not flash_attention_fits(x, x)
@@ -47,8 +30,14 @@ def test_plain_causal_self_attention_is_fused_and_matches_numpy(fused_calls, num
     layer = MultiHeadAttention(4, 4, num_key_value_heads=num_kv_heads, bias_initializer="random_normal")
     out = layer(x, use_causal_mask=True)
     assert fused_calls == [(2, 6, 4, 4)]
-    expected = multi_head_attention(x, x, [np.asarray(w, np.float64) for w in layer.get_weights()], 4,
-                                    num_kv_heads, np.tril(np.ones((6, 6), bool))[None])
+    expected = multi_head_attention(
+        x,
+        x,
+        [np.asarray(w, np.float64) for w in layer.get_weights()],
+        4,
+        num_kv_heads,
+        np.tril(np.ones((6, 6), bool))[None],
+    )
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
 

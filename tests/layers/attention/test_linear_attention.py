@@ -78,7 +78,9 @@ def test_exp_is_shen_efficient_attention(causal):
 @pytest.mark.parametrize("feature_map", ["elu", "exp"])
 def test_recurrence_equals_parallel_form_step_by_step(feature_map):
     x = rng.normal(size=(2, 11, 16)).astype("float32")
-    layer = LinearAttention(4, 4, num_key_value_heads=2, feature_map=feature_map, chunk_size=4, position=RotaryEmbedding())
+    layer = LinearAttention(
+        4, 4, num_key_value_heads=2, feature_map=feature_map, chunk_size=4, position=RotaryEmbedding()
+    )
     full = np.asarray(layer(x, use_causal_mask=True))
     cache = layer.init_cache(2)
     out, cache = layer(x[:, :5], cache=cache, cache_update_index=0)  # prefill

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-from harness import LayerHarness
 from attention_checks import dense_weights
+from harness import LayerHarness
 from reference import multi_head_attention
 
 from keras_tfam.layers import ALiBiBias, TransformerEncoderBlock
@@ -12,8 +12,14 @@ rng = np.random.default_rng(0)
 
 class TestLinformerAttentionHarness(LayerHarness):
     layer_cls = LinformerAttention
-    init_kwargs = {"num_heads": 4, "key_dim": 4, "num_key_value_heads": 2, "sequence_length": 8,
-                   "projected_length": 3, "sharing": "none"}
+    init_kwargs = {
+        "num_heads": 4,
+        "key_dim": 4,
+        "num_key_value_heads": 2,
+        "sequence_length": 8,
+        "projected_length": 3,
+        "sharing": "none",
+    }
 
     def make_inputs(self):
         return {
@@ -25,11 +31,15 @@ class TestLinformerAttentionHarness(LayerHarness):
 @pytest.mark.parametrize("sharing", ["headwise", "key_value", "none"])
 def test_identity_projections_with_k_equal_to_t_are_full_attention(sharing):
     x = rng.normal(size=(2, 7, 16)).astype("float32")
-    layer = LinformerAttention(4, 4, sequence_length=7, projected_length=7, sharing=sharing,
-                               bias_initializer="random_normal")
+    layer = LinformerAttention(
+        4, 4, sequence_length=7, projected_length=7, sharing=sharing, bias_initializer="random_normal"
+    )
     layer(x)
     identity = np.eye(7, dtype="float32")
-    for projection in {id(layer.key_projection): layer.key_projection, id(layer.value_projection): layer.value_projection}.values():
+    for projection in {
+        id(layer.key_projection): layer.key_projection,
+        id(layer.value_projection): layer.value_projection,
+    }.values():
         projection.assign(np.broadcast_to(identity, projection.shape))
     expected = multi_head_attention(x, x, dense_weights(layer), 4, 4)
     np.testing.assert_allclose(np.asarray(layer(x)), expected, rtol=1e-4, atol=1e-5)

@@ -2,8 +2,8 @@ import math
 
 import numpy as np
 import pytest
-from harness import LayerHarness
 from attention_checks import decode_in_steps, dense_weights
+from harness import LayerHarness
 from reference import angular_lsh_collision_probability, dense, softmax
 
 from keras_tfam.layers import ALiBiBias, RotaryEmbedding
@@ -14,13 +14,23 @@ rng = np.random.default_rng(0)
 
 class TestLSHAttentionHarness(LayerHarness):
     layer_cls = LSHAttention
-    init_kwargs = {"num_heads": 2, "key_dim": 4, "num_buckets": 4, "num_hashes": 2, "chunk_length": 4, "seed": 0,
-                   "redraw": 1, "position": RotaryEmbedding()}
+    init_kwargs = {
+        "num_heads": 2,
+        "key_dim": 4,
+        "num_buckets": 4,
+        "num_hashes": 2,
+        "chunk_length": 4,
+        "seed": 0,
+        "redraw": 1,
+        "position": RotaryEmbedding(),
+    }
     call_kwargs = {"use_causal_mask": True}
 
     def make_inputs(self):
-        return {"query": rng.normal(size=(2, 8, 8)).astype("float32"),
-                "query_mask": np.array([[1] * 8, [1] * 6 + [0] * 2], bool)}
+        return {
+            "query": rng.normal(size=(2, 8, 8)).astype("float32"),
+            "query_mask": np.array([[1] * 8, [1] * 6 + [0] * 2], bool),
+        }
 
 
 def _pairs_at_angle(theta, count, dim, seed):

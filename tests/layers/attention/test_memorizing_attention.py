@@ -18,8 +18,14 @@ def filled_memory(batch, size, kv_heads, head_dim, filled):
 
 class TestMemorizingAttentionHarness(LayerHarness):
     layer_cls = MemorizingAttention
-    init_kwargs = {"num_heads": 4, "key_dim": 4, "num_key_value_heads": 2, "memory_size": 10,
-                   "num_neighbors": 3, "gate_initializer": "random_normal"}
+    init_kwargs = {
+        "num_heads": 4,
+        "key_dim": 4,
+        "num_key_value_heads": 2,
+        "memory_size": 10,
+        "num_neighbors": 3,
+        "gate_initializer": "random_normal",
+    }
     call_kwargs = {"use_causal_mask": True}
 
     def make_inputs(self):
@@ -61,8 +67,15 @@ def numpy_memorizing(layer, x, memory, memory_mask):
 @pytest.mark.parametrize("filled", [2, 9])
 def test_matches_numpy_with_exact_top_k_retrieval(filled):
     x = rng.normal(size=(2, 5, 16)).astype("float32")
-    layer = MemorizingAttention(4, 4, num_key_value_heads=2, memory_size=9, num_neighbors=4,
-                                gate_initializer="random_normal", bias_initializer="random_normal")
+    layer = MemorizingAttention(
+        4,
+        4,
+        num_key_value_heads=2,
+        memory_size=9,
+        num_neighbors=4,
+        gate_initializer="random_normal",
+        bias_initializer="random_normal",
+    )
     memory, mask = filled_memory(2, 9, 2, 4, filled)
     out = np.asarray(layer(x, knn_memory=memory, knn_memory_mask=mask, use_causal_mask=True))
     expected = numpy_memorizing(layer, x, memory, mask)

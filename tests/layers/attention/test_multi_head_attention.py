@@ -27,8 +27,13 @@ class TestSelfAttentionHarness(LayerHarness):
 
 class TestCrossAttentionHarness(LayerHarness):
     layer_cls = MultiHeadAttention
-    init_kwargs = {"num_heads": 2, "key_dim": 8, "value_dim": 4, "output_dim": 12,
-                   "position": RelativePositionBias(2, embeddings_initializer="random_normal")}
+    init_kwargs = {
+        "num_heads": 2,
+        "key_dim": 8,
+        "value_dim": 4,
+        "output_dim": 12,
+        "position": RelativePositionBias(2, embeddings_initializer="random_normal"),
+    }
 
     def make_inputs(self):
         return {
@@ -136,14 +141,22 @@ def test_keras_mask_from_embedding_is_used():
         np.asarray(explicit)[0, :3],
         atol=1e-5,
     )
+    # The mask passes on: a masked mean after the layer averages the real positions only.
     inputs = keras.Input((5,), dtype="int32")
-    outputs = MultiHeadAttention(2, 4)(keras.layers.Embedding(10, 8, mask_zero=True)(inputs))
-    assert outputs._keras_mask is not None
+    pooled = keras.layers.GlobalAveragePooling1D()(layer(embedding(inputs)))
+    mean = np.asarray(keras.Model(inputs, pooled)(tokens))
+    real = padding[..., None]
+    np.testing.assert_allclose(mean, (np.asarray(explicit) * real).sum(1) / real.sum(1), atol=1e-5)
 
 
 @pytest.mark.parametrize(
     "position",
-    [None, RotaryEmbedding(), ALiBiBias(4), RelativePositionBias(4, bidirectional=False, embeddings_initializer="random_normal")],
+    [
+        None,
+        RotaryEmbedding(),
+        ALiBiBias(4),
+        RelativePositionBias(4, bidirectional=False, embeddings_initializer="random_normal"),
+    ],
     ids=["none", "rotary", "alibi", "relative"],
 )
 def test_token_by_token_cache_equals_full_causal_pass(position):
@@ -281,38 +294,44 @@ def test_bad_call_arguments():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_cache_holds_the_bits_of_what_a_float_cache_holds(dtype):
-    """init_cache's 16-bit cache (its bits, on the XLA backends) against a cache of the float dtype itself
-    (a caller's own): a prefill, steps one by one, and a window whose ring wraps within one call; the
-    outputs and the keys and values read back are bit for bit the same, and the steps equal the full pass."""
+    """init_cache's 16-bit cache keeps its dtype; inside the XLA-CPU engine it holds the bits (XLA backends), and
+    against a cache of the float dtype itself: a prefill, steps one by one, and a window whose ring wraps within one
+    call; the outputs and the keys and values read back are bit for bit the same, and the steps equal the full pass."""
+    from keras_tfam.engine.xla_cpu import XLA_CPU
     from keras_tfam.layers.attention.caches import KeyValueCache
 
     x = rng.normal(size=(2, 7, 16)).astype("float32")
     layer = MultiHeadAttention(4, 4, num_key_value_heads=2, position=RotaryEmbedding(), dtype=dtype)
     full = as_float32(layer(x, use_causal_mask=True))
+    assert keras.backend.standardize_dtype(layer.init_cache(2, 7, dtype).dtype) == dtype  # as users see it
     for window, calls in [(None, [(0, 3), (3, 4), (4, 5), (5, 6), (6, 7)]), (3, [(0, 2), (2, 5), (5, 7)])]:
-        bits = layer.init_cache(2, 7, dtype, window=window)
-        held = dtype if keras.backend.backend() == "torch" else {"bfloat16": "uint16", "float16": "int16"}[dtype]
-        assert keras.backend.standardize_dtype(bits.dtype) == held
-        floats = keras.ops.zeros(bits.shape, dtype)
-        for start, end in calls:
-            options = {"cache_update_index": start, "use_causal_mask": True, "window": window}
-            out, bits = layer(x[:, start:end], cache=bits, **options)
-            same, floats = layer(x[:, start:end], cache=floats, **options)
-            np.testing.assert_array_equal(as_float32(out), as_float32(same))
-            if window is None:
-                np.testing.assert_allclose(as_float32(out), full[:, start:end], atol=0.05)
-        for read, expected in zip(KeyValueCache.keys_values(bits), KeyValueCache.keys_values(floats)):
-            assert keras.backend.standardize_dtype(read.dtype) == dtype
-            np.testing.assert_array_equal(as_float32(read), as_float32(expected))
+        with XLA_CPU.decoding():
+            bits = layer.init_cache(2, 7, dtype, window=window)
+            held = dtype if keras.backend.backend() == "torch" else {"bfloat16": "uint16", "float16": "int16"}[dtype]
+            assert keras.backend.standardize_dtype(bits.dtype) == held
+            floats = keras.ops.zeros(bits.shape, dtype)
+            for start, end in calls:
+                options = {"cache_update_index": start, "use_causal_mask": True, "window": window}
+                out, bits = layer(x[:, start:end], cache=bits, **options)
+                same, floats = layer(x[:, start:end], cache=floats, **options)
+                np.testing.assert_array_equal(as_float32(out), as_float32(same))
+                if window is None:
+                    np.testing.assert_allclose(as_float32(out), full[:, start:end], atol=0.05)
+            for read, expected in zip(KeyValueCache.keys_values(bits), KeyValueCache.keys_values(floats)):
+                assert keras.backend.standardize_dtype(read.dtype) == dtype
+                np.testing.assert_array_equal(as_float32(read), as_float32(expected))
 
 
 @pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="XLA's loops")
 def test_a_bfloat16_cache_is_written_in_place_in_a_decoding_loop():
     """XLA's CPU backend widens a bfloat16 dynamic-update-slice to float32 (a copy of the whole cache each step);
-    the cache init_cache makes is written as its bits, in place: no float32 update of the cache in the loop."""
+    inside the XLA-CPU engine the cache init_cache makes is written as its bits, in place: no float32 update of the
+    cache in the loop."""
     import re
 
     from backend import optimized_hlo
+
+    from keras_tfam.engine.xla_cpu import XLA_CPU
 
     layer = MultiHeadAttention(2, 4, dtype="bfloat16")
     layer.build((1, 1, 8))
@@ -339,6 +358,7 @@ def test_a_bfloat16_cache_is_written_in_place_in_a_decoding_loop():
     loop, user_loop = Loop(), Loop(user_cache=True)
     loop.build(x.shape)
     user_loop.build(x.shape)
-    assert not re.search(widened, optimized_hlo(loop, x))
-    assert re.search(r"u16\[1,2,6,2,4\]\{[0-9,]*\} dynamic-update-slice\(", optimized_hlo(loop, x))
-    assert re.search(widened, optimized_hlo(user_loop, x))
+    with XLA_CPU.decoding():
+        assert not re.search(widened, optimized_hlo(loop, x))
+        assert re.search(r"u16\[1,2,6,2,4\]\{[0-9,]*\} dynamic-update-slice\(", optimized_hlo(loop, x))
+        assert re.search(widened, optimized_hlo(user_loop, x))

@@ -1,6 +1,5 @@
 """MultiHeadAttention with attention patterns: banded compute, dense patterns, ring caches."""
 
-import keras
 import numpy as np
 import pytest
 from harness import LayerHarness
@@ -25,8 +24,13 @@ W = 4
 class TestSlidingWindowAttentionHarness(LayerHarness):
     # 10 positions, window 3: banded compute (blocks of 3 queries over 6 keys).
     layer_cls = MultiHeadAttention
-    init_kwargs = {"num_heads": 4, "key_dim": 4, "num_key_value_heads": 2, "position": RotaryEmbedding(),
-                   "pattern": SlidingWindow(3)}
+    init_kwargs = {
+        "num_heads": 4,
+        "key_dim": 4,
+        "num_key_value_heads": 2,
+        "position": RotaryEmbedding(),
+        "pattern": SlidingWindow(3),
+    }
     call_kwargs = {"use_causal_mask": True}
 
     def make_inputs(self):
@@ -36,8 +40,14 @@ class TestSlidingWindowAttentionHarness(LayerHarness):
 class TestPerHeadPatternHarness(LayerHarness):
     # A dilated window for heads 0-1 and BigBird for heads 2-3: a dense per-head mask.
     layer_cls = MultiHeadAttention
-    init_kwargs = {"num_heads": 4, "key_dim": 4, "dropout": 0.1, "pattern": HeadPatterns(
-        [DilatedWindow(2, dilation=2), BigBird(2, num_random_blocks=1, num_global_blocks=1, seed=4)])}
+    init_kwargs = {
+        "num_heads": 4,
+        "key_dim": 4,
+        "dropout": 0.1,
+        "pattern": HeadPatterns(
+            [DilatedWindow(2, dilation=2), BigBird(2, num_random_blocks=1, num_global_blocks=1, seed=4)]
+        ),
+    }
 
     def make_inputs(self):
         return {"query": rng.normal(size=(2, 8, 16)).astype("float32")}
@@ -71,23 +81,27 @@ def window_mask(length, window, causal):
     [(None, True, "pattern"), ("rotary", True, "window"), ("alibi", False, "pattern"), ("alibi", True, "window")],
     ids=["plain-causal-pattern", "rotary-causal-window", "alibi-bidirectional-pattern", "alibi-causal-window"],
 )
-def test_banded_layer_equals_numpy_attention(length, position, causal, how):
+def test_banded_layer_equals_numpy_attention(length, position, causal, how, kernels_run):
     scheme = {"rotary": RotaryEmbedding(), "alibi": ALiBiBias(4), None: None}[position]
     pattern = SlidingWindow(W) if how == "pattern" else None
-    layer = MultiHeadAttention(4, 4, num_key_value_heads=2, position=scheme, pattern=pattern,
-                               bias_initializer="random_normal")
+    layer = MultiHeadAttention(
+        4, 4, num_key_value_heads=2, position=scheme, pattern=pattern, bias_initializer="random_normal"
+    )
     x = rng.normal(size=(2, length, 16)).astype("float32")
     padding = np.ones((2, length), bool)
     padding[1, length // 2 + 1 :] = False
     call = {"window": W} if how == "window" else {}
     out = layer(x, query_mask=padding, value_mask=padding, use_causal_mask=causal, **call)
-    assert (layer._band(length, length, causal, call.get("window")) is not None) == (length > W)
+    assert kernels_run == ["banded" if length > W else "dense"]  # "auto": banded when the band is narrower
     mask = window_mask(length, W, causal)[None] & padding[:, None, :] & padding[:, :, None]
     np.testing.assert_allclose(out, numpy_layer(layer, x, mask), atol=1e-5)
 
 
-@pytest.mark.parametrize("pattern", [Strided(3), Blockwise(3, [1, 0]), BigBird(3, 1, num_global_blocks=1, seed=2)],
-                         ids=["strided", "blockwise", "big_bird"])
+@pytest.mark.parametrize(
+    "pattern",
+    [Strided(3), Blockwise(3, [1, 0]), BigBird(3, 1, num_global_blocks=1, seed=2)],
+    ids=["strided", "blockwise", "big_bird"],
+)
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_patterns_inside_attention_equal_numpy_masked_attention(pattern, causal):
     length = 18
@@ -179,8 +193,12 @@ def test_linear_attention_with_a_local_pattern_equals_the_masked_kernel():
 
 @pytest.mark.parametrize(
     "position",
-    [None, RotaryEmbedding(), ALiBiBias(4),
-     RelativePositionBias(4, bidirectional=False, embeddings_initializer="random_normal")],
+    [
+        None,
+        RotaryEmbedding(),
+        ALiBiBias(4),
+        RelativePositionBias(4, bidirectional=False, embeddings_initializer="random_normal"),
+    ],
     ids=["none", "rotary", "alibi", "relative"],
 )
 @pytest.mark.parametrize("how", ["pattern", "window"])
@@ -188,16 +206,18 @@ def test_ring_cache_decoding_equals_the_full_computation(position, how):
     # 3w + 5 tokens one at a time through a ring of w slots: the step where the
     # length first equals w (index w - 1), the first wrap (index w) and two more wraps.
     length = 3 * W + 5
-    layer = MultiHeadAttention(4, 4, num_key_value_heads=2, position=position,
-                               pattern=SlidingWindow(W) if how == "pattern" else None)
+    layer = MultiHeadAttention(
+        4, 4, num_key_value_heads=2, position=position, pattern=SlidingWindow(W) if how == "pattern" else None
+    )
     window = {"window": W} if how == "window" else {}
     x = rng.normal(size=(2, length, 16)).astype("float32")
     full = np.asarray(layer(x, use_causal_mask=True, **window))
     cache = layer.init_cache(2, length, **window)
     assert tuple(cache.shape) == (2, 2, W, 2, 4)
     for index in range(length):
-        out, cache = layer(x[:, index : index + 1], cache=cache, cache_update_index=index, use_causal_mask=True,
-                           **window)
+        out, cache = layer(
+            x[:, index : index + 1], cache=cache, cache_update_index=index, use_causal_mask=True, **window
+        )
         np.testing.assert_allclose(out[:, 0], full[:, index], atol=1e-5, err_msg=f"step {index}")
     # Several tokens at once, across a wrap: a prefill of w + 2, then the rest in chunks of 5.
     cache = layer.init_cache(2, length, **window)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-from harness import LayerHarness
 from attention_checks import decode_in_steps, dense_weights
+from harness import LayerHarness
 from reference import attention, dense
 
 from keras_tfam.layers import RotaryEmbedding
@@ -12,8 +12,15 @@ rng = np.random.default_rng(0)
 
 class TestPerformerAttentionHarness(LayerHarness):
     layer_cls = PerformerAttention
-    init_kwargs = {"num_heads": 2, "key_dim": 4, "num_features": 8, "redraw": 1, "seed": 0, "chunk_size": 3,
-                   "position": RotaryEmbedding()}
+    init_kwargs = {
+        "num_heads": 2,
+        "key_dim": 4,
+        "num_features": 8,
+        "redraw": 1,
+        "seed": 0,
+        "chunk_size": 3,
+        "position": RotaryEmbedding(),
+    }
     call_kwargs = {"use_causal_mask": True}
 
     def make_inputs(self):
@@ -51,8 +58,16 @@ def test_equals_linear_attention_with_favor_plus_features(causal):
 @pytest.mark.parametrize("features", ["positive", "trigonometric"])
 def test_recurrent_cache_equals_the_causal_parallel_form(features):
     x = rng.normal(size=(2, 11, 16)).astype("float32")
-    layer = PerformerAttention(4, 4, num_features=12, features=features, num_key_value_heads=2, chunk_size=4,
-                               seed=0, position=RotaryEmbedding())
+    layer = PerformerAttention(
+        4,
+        4,
+        num_features=12,
+        features=features,
+        num_key_value_heads=2,
+        chunk_size=4,
+        seed=0,
+        position=RotaryEmbedding(),
+    )
     full = np.asarray(layer(x, use_causal_mask=True))
     cached, cache = decode_in_steps(layer, x, 5, layer.init_cache(2))  # a prefill of 5, then 6 steps
     np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
@@ -119,7 +134,8 @@ def test_keys_of_large_norm_keep_softmax_attention(causal):
     if causal:  # the same stabiliser in the recurrent state: decoding equals the full pass
         cache, outs = layer.init_cache(1), []
         for start, stop in [(0, 5)] + [(s, s + 1) for s in range(5, t)]:
-            step, cache = layer(q[:, start:stop], value=v[:, start:stop], key=k[:, start:stop], cache=cache,
-                                cache_update_index=start)
+            step, cache = layer(
+                q[:, start:stop], value=v[:, start:stop], key=k[:, start:stop], cache=cache, cache_update_index=start
+            )
             outs.append(np.asarray(step))
         np.testing.assert_allclose(np.concatenate(outs, axis=1), out, rtol=1e-4, atol=1e-5)

@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
-from harness import LayerHarness
 from attention_checks import decode_in_steps, dense_weights
+from harness import LayerHarness
 from reference import dense
-
 
 from keras_tfam.layers.attention.random_feature_attention import RandomFeatureAttention
 
@@ -29,8 +28,9 @@ def rfa_features(x, w, log_scale):
 @pytest.mark.parametrize("gating", [False, True])
 def test_parallel_form_equals_the_gated_recurrence_of_the_paper(gating):
     x = rng.normal(size=(2, 13, 8)).astype("float32")
-    layer = RandomFeatureAttention(2, 4, num_features=8, gating=gating, seed=1, chunk_size=4,
-                                   bias_initializer="random_normal")
+    layer = RandomFeatureAttention(
+        2, 4, num_features=8, gating=gating, seed=1, chunk_size=4, bias_initializer="random_normal"
+    )
     out = np.asarray(layer(x, use_causal_mask=True))
     wq, bq, wk, bk, wv, bv, wo, bo = dense_weights(layer)
     b, t, n = 2, 13, 2
@@ -40,7 +40,10 @@ def test_parallel_form_equals_the_gated_recurrence_of_the_paper(gating):
     phi_q, phi_k = rfa_features(q, w, log_scale), rfa_features(k, w, log_scale)
     gates, keep = np.ones((b, t, n)), np.ones((b, t, n))  # no gate: S_t = S_{t-1} + phi(k_t) v_t^T
     if gating:
-        wg, bg = np.asarray(layer.gate_dense.kernel.value, np.float64), np.asarray(layer.gate_dense.bias.value, np.float64)
+        wg, bg = (
+            np.asarray(layer.gate_dense.kernel.value, np.float64),
+            np.asarray(layer.gate_dense.bias.value, np.float64),
+        )
         gates = 1 / (1 + np.exp(-(x @ wg + bg)))
         keep = 1 - gates
     expected = np.zeros_like(v)
@@ -50,7 +53,9 @@ def test_parallel_form_equals_the_gated_recurrence_of_the_paper(gating):
         g, kept = gates[:, step][..., None], keep[:, step][..., None]
         s = g[..., None] * s + kept[..., None] * np.einsum("bnm,bnv->bnmv", phi_k[:, step], v[:, step])
         z = g * z + kept * phi_k[:, step]
-        expected[:, step] = np.einsum("bnm,bnmv->bnv", phi_q[:, step], s) / np.einsum("bnm,bnm->bn", phi_q[:, step], z)[..., None]
+        expected[:, step] = (
+            np.einsum("bnm,bnmv->bnv", phi_q[:, step], s) / np.einsum("bnm,bnm->bn", phi_q[:, step], z)[..., None]
+        )
     np.testing.assert_allclose(out, dense(expected.reshape(b, t, -1), wo, bo), rtol=1e-3, atol=1e-4)
 
 

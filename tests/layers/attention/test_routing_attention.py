@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-from harness import LayerHarness
 from attention_checks import decode_in_steps, dense_weights
+from harness import LayerHarness
 from reference import dense, softmax
 
 from keras_tfam.layers import RotaryEmbedding
@@ -12,8 +12,15 @@ rng = np.random.default_rng(0)
 
 class TestRoutingAttentionHarness(LayerHarness):
     layer_cls = RoutingAttention
-    init_kwargs = {"num_heads": 4, "key_dim": 4, "num_key_value_heads": 2, "num_clusters": 2, "chunk_length": 4,
-                   "seed": 0, "position": RotaryEmbedding()}
+    init_kwargs = {
+        "num_heads": 4,
+        "key_dim": 4,
+        "num_key_value_heads": 2,
+        "num_clusters": 2,
+        "chunk_length": 4,
+        "seed": 0,
+        "position": RotaryEmbedding(),
+    }
     call_kwargs = {"use_causal_mask": True}
 
     def make_inputs(self):

@@ -13,15 +13,19 @@ class TestGRUGateHarness(LayerHarness):
     init_kwargs = {"gate_bias": 1.0}
 
     def make_inputs(self):
-        return {"inputs": rng.normal(size=(2, 5, 8)).astype("float32"),
-                "update": rng.normal(size=(2, 5, 8)).astype("float32")}
+        return {
+            "inputs": rng.normal(size=(2, 5, 8)).astype("float32"),
+            "update": rng.normal(size=(2, 5, 8)).astype("float32"),
+        }
 
 
 def test_matches_the_papers_gate():
     x, y = rng.normal(size=(2, 3, 6)).astype("float32"), rng.normal(size=(2, 3, 6)).astype("float32")
     gate = GRUGate(gate_bias=2.0)
     out = gate(x, y)
-    w, u, u_g = (np.asarray(v, np.float64) for v in (gate.update_kernel, gate.reset_update_kernel, gate.candidate_kernel))
+    w, u, u_g = (
+        np.asarray(v, np.float64) for v in (gate.update_kernel, gate.reset_update_kernel, gate.candidate_kernel)
+    )
     expected = gru_gate(x, y, w[:, :6], u[:, :6], w[:, 6:12], u[:, 6:], w[:, 12:], u_g, 2.0)
     np.testing.assert_allclose(out, expected, atol=1e-5)
 

@@ -39,8 +39,14 @@ def test_inverse_recovers_the_inputs():
 def _blocks():
     return [
         ReversibleBlock(2, 32, use_causal_mask=True, position=RotaryEmbedding()),
-        ReversibleBlock(2, 16, norm="rms", activation="swiglu", use_causal_mask=True,
-                        attention=PerformerAttention(2, 8, num_features=16, seed=0)),
+        ReversibleBlock(
+            2,
+            16,
+            norm="rms",
+            activation="swiglu",
+            use_causal_mask=True,
+            attention=PerformerAttention(2, 8, num_features=16, seed=0),
+        ),
     ]
 
 

@@ -15,8 +15,13 @@ rng = np.random.default_rng(0)
 
 class TestDecoderOnlyBlockHarness(LayerHarness):
     layer_cls = TransformerDecoderBlock
-    init_kwargs = {"num_heads": 2, "intermediate_dim": 16, "norm_position": "pre",
-                   "activation": "gelu_tanh", "position": ALiBiBias(2)}
+    init_kwargs = {
+        "num_heads": 2,
+        "intermediate_dim": 16,
+        "norm_position": "pre",
+        "activation": "gelu_tanh",
+        "position": ALiBiBias(2),
+    }
 
     def make_inputs(self):
         return {"decoder_sequence": rng.normal(size=(2, 5, 8)).astype("float32")}
@@ -128,6 +133,9 @@ def test_a_symbolic_call_with_a_cache_returns_the_cache_too():
 
     block = TransformerDecoderBlock(2, 16, norm_position="pre")
     block.build((None, 1, 8))
-    outputs, cache = block(keras.KerasTensor((2, 1, 8)), self_attention_cache=keras.KerasTensor((2, 2, 4, 2, 4)),
-                           self_attention_cache_update_index=0)
+    outputs, cache = block(
+        keras.KerasTensor((2, 1, 8)),
+        self_attention_cache=keras.KerasTensor((2, 2, 4, 2, 4)),
+        self_attention_cache_update_index=0,
+    )
     assert outputs.shape == (2, 1, 8) and cache.shape == (2, 2, 4, 2, 4)

@@ -11,8 +11,13 @@ rng = np.random.default_rng(0)
 
 class TestEncoderBlockHarness(LayerHarness):
     layer_cls = TransformerEncoderBlock
-    init_kwargs = {"num_heads": 2, "intermediate_dim": 16, "norm": "rms", "norm_position": "pre",
-                   "position": RotaryEmbedding()}
+    init_kwargs = {
+        "num_heads": 2,
+        "intermediate_dim": 16,
+        "norm": "rms",
+        "norm_position": "pre",
+        "position": RotaryEmbedding(),
+    }
 
     def make_inputs(self):
         return {
@@ -23,8 +28,12 @@ class TestEncoderBlockHarness(LayerHarness):
 
 class TestEncoderBlockInjectedAttentionHarness(LayerHarness):
     layer_cls = TransformerEncoderBlock
-    init_kwargs = {"num_heads": 2, "intermediate_dim": 16, "norm": "scale",
-                   "attention": MultiHeadAttention(4, 3, num_key_value_heads=1)}
+    init_kwargs = {
+        "num_heads": 2,
+        "intermediate_dim": 16,
+        "norm": "scale",
+        "attention": MultiHeadAttention(4, 3, num_key_value_heads=1),
+    }
 
     def make_inputs(self):
         return {"inputs": rng.normal(size=(2, 5, 8)).astype("float32")}
@@ -35,9 +44,7 @@ class TestEncoderBlockInjectedAttentionHarness(LayerHarness):
 def test_matches_numpy(norm, norm_position):
     x = rng.normal(size=(2, 6, 8)).astype("float32")
     padding = np.array([[1] * 6, [1] * 4 + [0] * 2], bool)
-    block = TransformerEncoderBlock(
-        2, 16, norm=norm, norm_position=norm_position, bias_initializer="random_normal"
-    )
+    block = TransformerEncoderBlock(2, 16, norm=norm, norm_position=norm_position, bias_initializer="random_normal")
     out = np.asarray(block(x, padding_mask=padding))
     mask = padding[:, None, :] & padding[:, :, None]
     np.testing.assert_allclose(out, encoder_block(block, x, mask), rtol=1e-4, atol=1e-4)

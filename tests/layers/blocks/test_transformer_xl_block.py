@@ -13,9 +13,11 @@ class TestGTrXLBlockHarness(LayerHarness):
     init_kwargs = {"num_heads": 2, "intermediate_dim": 16, "residual": "gru", "norm": "rms"}
 
     def make_inputs(self):
-        return {"inputs": rng.normal(size=(2, 5, 8)).astype("float32"),
-                "memory": rng.normal(size=(2, 4, 8)).astype("float32"),
-                "memory_mask": np.array([[1, 1, 1, 1], [0, 1, 1, 1]], bool)}
+        return {
+            "inputs": rng.normal(size=(2, 5, 8)).astype("float32"),
+            "memory": rng.normal(size=(2, 4, 8)).astype("float32"),
+            "memory_mask": np.array([[1, 1, 1, 1], [0, 1, 1, 1]], bool),
+        }
 
 
 @pytest.mark.parametrize("residual, norm_position", [("add", "pre"), ("add", "post"), ("gru", "pre")])

@@ -3,14 +3,16 @@ import re
 import weakref
 from functools import partial
 
+import h5py
 import keras
 import numpy as np
 import pytest
 from backend import BACKEND, compiled, optimized_hlo
 from harness import LayerHarness
 
+from keras_tfam.engine import PLAIN
+from keras_tfam.engine.xla_cpu import XLA_CPU
 from keras_tfam.layers import Dense, TiedEmbedding
-from keras_tfam.utils import kernel_rows, kernels_as_rows
 
 rng = np.random.default_rng(0)
 
@@ -20,7 +22,6 @@ class TestDenseHarness(LayerHarness):
     init_kwargs = {"units": 6, "activation": "gelu", "bias_initializer": "random_normal"}
 
     def make_inputs(self):
-        # One row: the eager calls take the layer's own path, the functional model (batch unknown) Keras'.
         return {"inputs": rng.normal(size=(1, 1, 8)).astype("float32")}
 
 
@@ -34,51 +35,90 @@ def _pair(units=6, **kwargs):
     return ours, theirs
 
 
+def _in(engine, fn):
+    """`fn` called inside a decoding call of `engine`."""
+
+    def inside(*args):
+        with engine.decoding():
+            return fn(*args)
+
+    return inside
+
+
+def _in_loop(engine, layer, fn):
+    """`fn` called inside the decoding loop of `engine`, `layer`'s variables those of the call."""
+
+    def inside(*args):
+        with engine.decoding(layer.variables), engine.loop():
+            return fn(*args)
+
+    return inside
+
+
+def _saved(model, path):
+    """The arrays of `model`'s weights file, in the file's order."""
+    model.save_weights(path)
+    arrays = []
+    with h5py.File(path, "r") as file:
+        file.visititems(lambda name, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+@pytest.mark.parametrize("engine", [PLAIN, XLA_CPU], ids=["plain", "xla_cpu"])
 @pytest.mark.parametrize("shape", [(1, 8), (1, 1, 8), (3, 8), (2, 1, 8)])
-def test_equals_keras_dense_and_the_formula_bit_for_bit(shape):
+def test_equals_keras_dense_and_the_formula_bit_for_bit(shape, engine):
     ours, theirs = _pair()
     x = rng.normal(size=shape).astype("float32")
     kernel, bias = (np.asarray(w) for w in ours.get_weights())
-    out = keras.ops.convert_to_numpy(ours(x))
+    out = keras.ops.convert_to_numpy(_in(engine, ours)(x))
     # x - (-b) == x + b exactly: negation only flips the sign bit.
     np.testing.assert_array_equal(out, keras.ops.convert_to_numpy(theirs(x)))
     np.testing.assert_allclose(out, x @ kernel + bias, rtol=1e-6, atol=1e-6)
-    step = compiled(lambda x: ours(x))
+    step = compiled(_in(engine, lambda x: ours(x)))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(step(x)), x @ kernel + bias, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's CPU fusion decisions")
 def test_one_row_product_is_not_output_fused_with_its_bias():
-    """XLA's CPU backend emits `dot + bias` of one row as a single-threaded "output fusion"; ours stays a dot."""
+    """XLA's CPU backend emits `dot + bias` of one row as a single-threaded "output fusion"; in the XLA-CPU
+    engine ours stays a dot."""
     x = rng.normal(size=(1, 1, 64)).astype("float32")
     ours = Dense(128)
     ours.build((None, 64))
-    assert "kind=kOutput" not in optimized_hlo(ours, x)
-    if BACKEND == "tensorflow":  # Keras' Dense is fused there (JAX's lowering leaves its add apart)
+    with XLA_CPU.decoding():
+        assert "kind=kOutput" not in optimized_hlo(ours, x)
+    if BACKEND == "tensorflow":  # Keras' Dense, and ours outside the engine, are fused there
         theirs = keras.layers.Dense(128)
         theirs.build((None, 64))
         assert "kind=kOutput" in optimized_hlo(theirs, x)
+        assert "kind=kOutput" in optimized_hlo(ours, x)
 
 
 WEIGHT_ONLY = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
 
 
+@pytest.mark.parametrize("engine", [PLAIN, XLA_CPU], ids=["plain", "xla_cpu"])
 @pytest.mark.parametrize("config", [None, WEIGHT_ONLY], ids=["int8", "weight-only-int8"])
 @pytest.mark.parametrize("shape", [(1, 1, 8), (1, 8), (3, 8)])
-def test_int8_equals_keras_int8_dense_and_the_formula(config, shape):
-    """Our int8 rows give Keras' int8 outputs: the same integer sums (input_dim <= 1040: exact in float32)."""
+def test_int8_equals_keras_int8_dense_and_the_formula(config, shape, engine):
+    """Keras' int8 kernel and outputs, in and out of the engine's loop (one row there by the kernel's int8 rows,
+    copied before the loop): the same integer sums (input_dim <= 1040: exact in float32)."""
     ours, theirs = _pair()
     for layer in (ours, theirs):
         layer.quantize("int8", config=config)
     x = rng.normal(size=shape).astype("float32")
-    out = keras.ops.convert_to_numpy(ours(x))
     # Quantized activations make integer sums: exact in any order. Float activations sum in the kernel's order.
-    same = np.testing.assert_array_equal if config is None else partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-6)
-    same(out, keras.ops.convert_to_numpy(theirs(x)))
-    same(out, keras.ops.convert_to_numpy(compiled(lambda x: ours(x))(x)))
+    close = partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-6)
+    same = np.testing.assert_array_equal if config is None else close
+    expected = keras.ops.convert_to_numpy(theirs(x))
+    for inside in (_in(engine, ours), _in_loop(engine, ours, ours)):
+        out = keras.ops.convert_to_numpy(inside(x))
+        same(out, expected)
+        same(out, keras.ops.convert_to_numpy(compiled(lambda x: inside(x))(x)))
     # The formula: Keras' per-output-channel scales, activations quantized per row unless weight-only.
     columns, scale, bias = (keras.ops.convert_to_numpy(v) for v in (ours.kernel, ours.kernel_scale, ours.bias))
-    assert columns.dtype == np.int8 and np.array_equal(keras.ops.convert_to_numpy(ours._kernel), columns.T)
+    assert columns.dtype == np.int8 and columns.shape == (8, 6)
+    np.testing.assert_array_equal(columns, keras.ops.convert_to_numpy(theirs.kernel))  # Keras' own layout
     rows = x.reshape(-1, 8)
     x_scale = 127 / np.abs(rows).max(-1, keepdims=True) if config is None else np.ones((len(rows), 1), "float32")
     x_q = np.clip(np.round(rows * x_scale), -127, 127) if config is None else rows
@@ -87,27 +127,32 @@ def test_int8_equals_keras_int8_dense_and_the_formula(config, shape):
 
 
 def test_int8_files_are_keras_int8_dense_files(tmp_path):
-    """In memory the kernel is rows; saved, it is Keras' `(input_dim, units)` kernel, and loads either way."""
+    """Saved, an int8 layer is Keras' int8 `Dense` file, array for array, and loads either way."""
     ours, theirs = _pair()
     for layer in (ours, theirs):
         layer.quantize("int8")
     x = rng.normal(size=(1, 8)).astype("float32")
     ours_model, theirs_model = (keras.Sequential([keras.Input((8,)), layer]) for layer in (ours, theirs))
-    ours_model.save_weights(tmp_path / "ours.weights.h5")
-    theirs_model.save_weights(tmp_path / "theirs.weights.h5")
+    ours_file = _saved(ours_model, tmp_path / "ours.weights.h5")
+    theirs_file = _saved(theirs_model, tmp_path / "theirs.weights.h5")
+    assert [a.shape for a in ours_file] == [(8, 6), (6,), (6,)] and ours_file[0].dtype == np.int8
+    for a, b in zip(ours_file, theirs_file, strict=True):
+        np.testing.assert_array_equal(a, b)
     saved = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, dtype=theirs.dtype_policy)])
     saved.load_weights(tmp_path / "ours.weights.h5")  # Keras' Dense reads our file
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(saved(x)), keras.ops.convert_to_numpy(ours_model(x)))
     ours_model.save(tmp_path / "ours.keras")
     loaded = keras.models.load_model(tmp_path / "ours.keras")
-    assert tuple(loaded.layers[0]._kernel.shape) == (6, 8)
+    assert isinstance(loaded.layers[0], Dense) and tuple(loaded.layers[0].kernel.shape) == (8, 6)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x)), keras.ops.convert_to_numpy(ours_model(x)))
 
 
-def test_int8_lora_trains_and_merges_as_keras_does():
+def test_int8_lora_trains_and_merges_as_keras_does(tmp_path):
     ours, theirs = _pair()
     for layer in (ours, theirs):
         layer.quantize("int8")
+    dequantized = keras.ops.convert_to_numpy(ours.kernel) / keras.ops.convert_to_numpy(ours.kernel_scale)
+    for layer in (ours, theirs):
         layer.enable_lora(2)
     theirs.lora_kernel_a.assign(ours.lora_kernel_a)
     for layer in (ours, theirs):
@@ -118,9 +163,16 @@ def test_int8_lora_trains_and_merges_as_keras_does():
     )
     assert [v.name for v in ours.trainable_variables] == [v.name for v in theirs.trainable_variables]
     assert "kernel" not in [v.name for v in ours.trainable_variables]
-    merged_ours, merged_theirs = ours._get_kernel_with_merged_lora(), theirs._get_kernel_with_merged_lora()
-    for a, b in zip(merged_ours[:2], merged_theirs[:2]):
-        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+    # Saved, the adapters are merged into the int8 kernel and its scales as Keras merges them.
+    ours_model, theirs_model = (keras.Sequential([keras.Input((8,)), layer]) for layer in (ours, theirs))
+    ours_file = _saved(ours_model, tmp_path / "ours.weights.h5")
+    theirs_file = _saved(theirs_model, tmp_path / "theirs.weights.h5")
+    assert [a.shape for a in ours_file] == [(8, 6), (6,), (6,)]
+    for a, b in zip(ours_file, theirs_file, strict=True):
+        np.testing.assert_array_equal(a, b)
+    a, b = (keras.ops.convert_to_numpy(v) for v in (ours.lora_kernel_a, ours.lora_kernel_b))
+    expected = dequantized + (ours.lora_alpha / ours.lora_rank) * a @ b  # requantized per output channel
+    np.testing.assert_allclose(ours_file[0] / ours_file[2], expected, rtol=0, atol=np.abs(expected).max() / 254)
 
 
 class _Loop(keras.layers.Layer):
@@ -135,16 +187,24 @@ class _Loop(keras.layers.Layer):
 
 
 class _RowsLoop(_Loop):
-    """`_Loop` inside `kernels_as_rows`, as the generator runs its decoding loop."""
+    """`_Loop` inside the XLA-CPU engine's loop, as the generator runs its decoding loop (rows not known)."""
 
     def call(self, x):
-        with kernels_as_rows(self.layer.variables):
+        with XLA_CPU.decoding(self.layer.variables), XLA_CPU.loop():
+            return super().call(x)
+
+
+class _EngineLoop(_Loop):
+    """`_Loop` inside a decoding call of the XLA-CPU engine, outside its loop: no copies, the one-row forms."""
+
+    def call(self, x):
+        with XLA_CPU.decoding(self.layer.variables):
             return super().call(x)
 
 
 @pytest.mark.parametrize("shape", [(8, 1, 8), (2, 3, 8), (64, 8), (1, 1, 8), (1, 8)])
-def test_a_few_rows_inside_kernels_as_rows_equal_keras_dense_and_the_formula(shape):
-    """Inside `kernels_as_rows` (TensorFlow, JAX, a CPU: the kernel transposed once), 2 to 64 rows take
+def test_a_few_rows_inside_the_engine_loop_equal_keras_dense_and_the_formula(shape):
+    """Inside the XLA-CPU engine's loop (TensorFlow, JAX, a CPU: the kernel transposed once), 2 to 64 rows take
     `(rows @ x^T + bias)^T` and one row on TensorFlow `x @ rows^T - (-bias)`: Keras' result within float32
     rounding, eagerly, compiled and in a loop."""
     ours, theirs = _pair(8, activation="gelu")
@@ -154,8 +214,8 @@ def test_a_few_rows_inside_kernels_as_rows_equal_keras_dense_and_the_formula(sha
     expected = keras.ops.convert_to_numpy(theirs(x))
 
     def inside(x):
-        with kernels_as_rows(ours.variables):
-            assert (kernel_rows(ours.kernel) is not None) == (BACKEND in ("tensorflow", "jax"))
+        with XLA_CPU.decoding(ours.variables), XLA_CPU.loop():
+            assert (XLA_CPU.kernel_rows(ours.kernel) is not None) == (BACKEND in ("tensorflow", "jax"))
             return ours(x)
 
     for fn in (inside, compiled(inside)):
@@ -198,12 +258,16 @@ def test_a_few_rows_read_the_kernel_transposed_once_before_the_loop(dtype):
         int8 = Dense(24)
         int8.build((None, 24))
         int8.quantize("int8")
-        assert not re.search(r"= f32\[24,8\]\{1,0\} dot\(", compiled_loop(int8)[0])  # int8: its own product
+        hlo, body = compiled_loop(int8)
+        assert not re.search(r"= f32\[24,8\]\{1,0\} dot\(", hlo)  # int8: its own product, by int8 rows
+        by_rows = r"= s32\[8,24\]\{1,0\} dot\([^)]*\), lhs_contracting_dims=\{1\}, rhs_contracting_dims=\{1\}"
+        assert BACKEND == "jax" or re.search(by_rows, body)  # JAX's compiled weights are constants, folded
+        assert not re.search(r"= s8\[24,24\]\{[0-9,]*\} (copy|transpose)\(", body)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_a_few_rows_of_a_16_bit_layer_inside_kernels_as_rows_equal_keras_dense_and_the_formula(dtype):
-    """A 16-bit kernel inside `kernels_as_rows`: copied to float32 rows once, the product of 8 rows rounded to
+def test_a_few_rows_of_a_16_bit_layer_inside_the_engine_loop_equal_keras_dense_and_the_formula(dtype):
+    """A 16-bit kernel inside the XLA-CPU engine's loop: copied to float32 rows once, the product of 8 rows rounded to
     the layer's dtype, then the bias: Keras' 16-bit Dense within a rounding, eagerly, compiled and in a loop."""
     ours = Dense(24, bias_initializer="random_normal", activation="gelu", dtype=dtype)
     theirs = keras.layers.Dense(24, activation="gelu", dtype=dtype)
@@ -218,8 +282,8 @@ def test_a_few_rows_of_a_16_bit_layer_inside_kernels_as_rows_equal_keras_dense_a
     tolerance = 2e-2 if dtype == "bfloat16" else 3e-3  # a few roundings to the dtype
 
     def inside(x):
-        with kernels_as_rows(ours.variables):
-            assert (kernel_rows(ours.kernel) is not None) == (BACKEND in ("tensorflow", "jax"))
+        with XLA_CPU.decoding(ours.variables), XLA_CPU.loop():
+            assert (XLA_CPU.kernel_rows(ours.kernel) is not None) == (BACKEND in ("tensorflow", "jax"))
             return ours(x)
 
     for fn in (inside, compiled(inside)):
@@ -236,7 +300,7 @@ def test_a_few_rows_of_a_16_bit_layer_inside_kernels_as_rows_equal_keras_dense_a
 
 
 class _FeedForwardLoop(keras.layers.Layer):
-    """Three steps of `h + up(down(h))` in a loop inside `kernels_as_rows`, as a decoding loop runs a feed-forward."""
+    """Three steps of `h + up(down(h))` in the XLA-CPU engine's loop, as a decoding loop runs a feed-forward."""
 
     def __init__(self, width, hidden):
         super().__init__(name="feed_forward_loop")
@@ -245,14 +309,14 @@ class _FeedForwardLoop(keras.layers.Layer):
         self.down.build((None, hidden))
 
     def call(self, x):
-        with kernels_as_rows(self.up.variables + self.down.variables):
+        with XLA_CPU.decoding(self.up.variables + self.down.variables, rows=1), XLA_CPU.loop():
             return keras.ops.fori_loop(0, 3, lambda i, h: h + self.down(self.up(h)), x)
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="XLA's one-row products under TensorFlow")
-def test_one_row_inside_kernels_as_rows_reads_the_rows_copied_before_the_loop():
+def test_one_row_inside_the_engine_loop_reads_the_rows_copied_before_the_loop():
     """One row by the kernel's rows `(N, K)`, copied once before the loop: each product of the loop's body is
-    the matrix-vector product `rows @ x` (what XLA reads fastest for one row on a CPU, `BENCHMARKS.md`), not
+    the matrix-vector product `rows @ x` (what XLA reads fastest for one row on a CPU), not
     output-fused with its bias into a single-threaded loop, and nothing is transposed or copied at each step."""
     x = rng.normal(size=(1, 1, 24)).astype("float32")
     loop = _FeedForwardLoop(24, 40)
@@ -260,7 +324,8 @@ def test_one_row_inside_kernels_as_rows_reads_the_rows_copied_before_the_loop():
     hlo = optimized_hlo(loop, x)
     name = re.search(r"body=(%[\w.\-]+)", hlo).group(1)
     body = next(c for c in hlo.split("\n\n") if c.startswith(name + " "))
-    products = re.findall(r"= f32\[(\d+)\]\{0\} dot\([^)]*\), lhs_contracting_dims=\{1\}, rhs_contracting_dims=\{0\}", body)
+    matrix_vector = r"= f32\[(\d+)\]\{0\} dot\([^)]*\), lhs_contracting_dims=\{1\}, rhs_contracting_dims=\{0\}"
+    products = re.findall(matrix_vector, body)
     assert sorted(products) == ["24", "40"], body
     assert "kind=kOutput" not in body
     assert not re.search(r"= f32\[(40,24|24,40)\]\{[0-9,]*\} (copy|transpose|fusion)\(", body)
@@ -273,7 +338,8 @@ def test_one_row_inside_kernels_as_rows_reads_the_rows_copied_before_the_loop():
 
 @pytest.mark.skipif(BACKEND not in ("tensorflow", "jax"), reason="XLA's loop-invariant code motion")
 def test_int8_one_row_product_reads_int8_inside_the_loop():
-    """The cast of the int8 weights stays in the product, inside the loop; Keras' is hoisted out of it.
+    """In the XLA-CPU engine's loop, the cast of the int8 rows copied before the loop stays in the product,
+    inside the loop; Keras' is hoisted out of it.
 
     Hoisted, the loop reads a converted copy of four bytes per weight (int32 or float32). And the
     activation quantizer stays out of the product: fused in, it runs once per row of the weights.
@@ -282,7 +348,7 @@ def test_int8_one_row_product_reads_int8_inside_the_loop():
 
     def casts(layer):
         """The computations that cast the int8 weights (to float32 or int32)."""
-        loop = _Loop(layer)
+        loop = _RowsLoop(layer)
         loop.build(x.shape)
         computations = optimized_hlo(loop, x).split("\n\n")
         found = [c for c in computations if re.search(r"= (f32|s32)\[24,24\]\{[0-9,]*\} convert\(", c)]
@@ -300,7 +366,8 @@ def test_int8_one_row_product_reads_int8_inside_the_loop():
 
 @pytest.mark.parametrize("shape", [(1, 1, 24), (3, 24)])
 def test_bfloat16_equals_keras_bfloat16_dense_where_rows_pay(shape, monkeypatch):
-    """One row of a bfloat16 layer multiplies the kernel's rows widened by their bits (an AVX2 CPU, where it pays):
+    """In the XLA-CPU engine, one row of a bfloat16 layer multiplies the kernel's rows widened by their bits
+    (an AVX2 CPU, where it pays):
     the float32 product of the bfloat16 values, rounded to bfloat16, as Keras' bfloat16 Dense computes it."""
     monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2")
     ours = Dense(24, bias_initializer="random_normal", activation="gelu", dtype="bfloat16")
@@ -310,7 +377,7 @@ def test_bfloat16_equals_keras_bfloat16_dense_where_rows_pay(shape, monkeypatch)
     theirs.set_weights(ours.get_weights())
     x = keras.ops.cast(rng.normal(size=shape).astype("float32"), "bfloat16")
     kernel, bias = (np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(w, "float32"))) for w in ours.weights)
-    for fn in (ours, compiled(lambda x: ours(x))):
+    for fn in (_in(XLA_CPU, ours), compiled(_in(XLA_CPU, lambda x: ours(x)))):
         out = keras.ops.convert_to_numpy(keras.ops.cast(fn(x), "float32"))
         expected = keras.ops.convert_to_numpy(keras.ops.cast(theirs(x), "float32"))
         np.testing.assert_allclose(out, expected, rtol=2e-2, atol=2e-2)  # a bfloat16 rounding apart at most
@@ -319,16 +386,17 @@ def test_bfloat16_equals_keras_bfloat16_dense_where_rows_pay(shape, monkeypatch)
         np.testing.assert_allclose(out, formula, rtol=3e-2, atol=3e-2)
 
 
-@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's XLA fuses the widening into the product; JAX's does not")
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's XLA fuses the widening into the product, JAX's not")
 def test_bfloat16_one_row_product_reads_two_bytes_inside_the_loop(monkeypatch):
-    """Where bfloat16 rows pay, the loop carries the kernel's 16 bits and widens them inside its product;
+    """Where bfloat16 rows pay, the XLA-CPU engine's loop carries the kernel's 16 bits and widens them inside its
+    product;
     Keras' bfloat16 Dense hands XLA's dot a float32 copy of the kernel, made once before the loop."""
     monkeypatch.setenv("TFAM_CPU_FLAGS", "avx2")
     x = keras.ops.cast(rng.normal(size=(1, 1, 24)).astype("float32"), "bfloat16")
 
     def computations(layer):
         layer.build((None, 24))
-        loop = _Loop(layer)
+        loop = _EngineLoop(layer)
         loop.build(x.shape)
         return optimized_hlo(loop, x).split("\n\n")
 

@@ -4,6 +4,8 @@ import pytest
 from harness import LayerHarness
 from keras import ops
 
+from keras_tfam.engine import PLAIN
+from keras_tfam.engine.xla_cpu import XLA_CPU
 from keras_tfam.layers import TiedEmbedding
 
 rng = np.random.default_rng(0)
@@ -33,7 +35,8 @@ def test_lookup_and_tied_logits_use_one_matrix():
     layer.build()
     table = ops.convert_to_numpy(layer.embeddings)
     np.testing.assert_array_equal(ops.convert_to_numpy(layer(ids)), table[ids])
-    np.testing.assert_allclose(ops.convert_to_numpy(layer(hidden, reverse=True)), hidden @ table.T, rtol=1e-5, atol=1e-5)
+    logits = ops.convert_to_numpy(layer(hidden, reverse=True))
+    np.testing.assert_allclose(logits, hidden @ table.T, rtol=1e-5, atol=1e-5)
     assert len(layer.weights) == 1
 
 
@@ -54,34 +57,49 @@ def test_ids_outside_the_vocabulary_are_refused():
         layer(np.array([[0, 1, 2], [3, 4, -1]]))
     with pytest.raises(ValueError, match=r"Received: token id 7 at index \(0, 0\)"):
         layer(np.array([[7]]))
-    np.testing.assert_allclose(ops.convert_to_numpy(layer(np.array([[6]])))[0, 0], ops.convert_to_numpy(layer.embeddings)[6])
+    embedded = ops.convert_to_numpy(layer(np.array([[6]])))[0, 0]
+    np.testing.assert_allclose(embedded, ops.convert_to_numpy(layer.embeddings)[6])
 
 
+def _in(engine, fn):
+    """`fn` called inside a decoding call of `engine`."""
+
+    def inside(*args):
+        with engine.decoding():
+            return fn(*args)
+
+    return inside
+
+
+@pytest.mark.parametrize("engine", [PLAIN, XLA_CPU], ids=["plain", "xla_cpu"])
 @pytest.mark.parametrize("shape", [(1, 1, 8), (1, 8), (2, 1, 8), (50, 8), (3, 40, 8)])
-def test_one_row_and_batched_logits_follow_the_formula_compiled(shape):
-    """One row takes `E @ h` (a row-major matrix-vector product), 2 to 64 rows `(E @ h^T)^T` on a CPU,
-    more rows `h @ E^T`: same logits (50 rows by 50 table rows included, a square product)."""
+def test_one_row_and_batched_logits_follow_the_formula_compiled(shape, engine):
+    """Keras' `h @ E^T`, or in the XLA-CPU engine `E @ h` for one row (a row-major matrix-vector product),
+    `(E @ h^T)^T` for 2 to 64 rows on a CPU: same logits (50 rows by 50 table rows included, a square product)."""
     from backend import compiled
 
     layer = TiedEmbedding(50, 8)
     layer.build()
     table = np.asarray(layer.embeddings)
     hidden = rng.normal(size=shape).astype("float32")
-    for fn in (layer, compiled(lambda h: layer(h, reverse=True))):
-        logits = keras.ops.convert_to_numpy(fn(hidden, reverse=True) if fn is layer else fn(hidden))
+    reverse = _in(engine, lambda h: layer(h, reverse=True))
+    for fn in (reverse, compiled(reverse)):
+        logits = keras.ops.convert_to_numpy(fn(hidden))
         assert logits.shape == shape[:-1] + (50,)
         np.testing.assert_allclose(logits, hidden @ table.T, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="XLA's CPU layouts")
 def test_one_row_logits_read_the_table_as_it_is_stored():
-    """`h @ E^T` of one row made XLA's CPU backend copy `E` transposed (inside a single-threaded loop)."""
+    """`h @ E^T` of one row made XLA's CPU backend copy `E` transposed (inside a single-threaded loop); the
+    XLA-CPU engine's `E @ h` does not."""
     from backend import optimized_hlo
 
     layer = TiedEmbedding(512, 64)
     layer.build()
     hidden = rng.normal(size=(1, 1, 64)).astype("float32")
-    hlo = optimized_hlo(layer, hidden, reverse=True)
+    with XLA_CPU.decoding():
+        hlo = optimized_hlo(layer, hidden, reverse=True)
     assert " copy(" not in hlo and " transpose(" not in hlo
     keras_layer = keras.layers.ReversibleEmbedding(512, 64)
     keras_layer.build()
@@ -90,7 +108,8 @@ def test_one_row_logits_read_the_table_as_it_is_stored():
 
 @pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="XLA's CPU layouts")
 def test_a_few_rows_of_logits_read_the_table_as_rows():
-    """For 2 to 64 rows, `(E @ h^T)^T`: XLA multiplies `(V, D)` by `(D, M)`; Keras' `h @ E^T` is `(M, D)` by
+    """For 2 to 64 rows, the XLA-CPU engine's `(E @ h^T)^T`: XLA multiplies `(V, D)` by `(D, M)`; Keras'
+    `h @ E^T` is `(M, D)` by
     `E^T`, the form XLA's CPU backend reads at about half the speed."""
     import re
 
@@ -99,7 +118,8 @@ def test_a_few_rows_of_logits_read_the_table_as_rows():
     layer = TiedEmbedding(512, 64)
     layer.build()
     hidden = rng.normal(size=(8, 1, 64)).astype("float32")
-    assert re.search(r"= f32\[512,8\]\{1,0\} dot\(", optimized_hlo(layer, hidden, reverse=True))
+    with XLA_CPU.decoding():
+        assert re.search(r"= f32\[512,8\]\{1,0\} dot\(", optimized_hlo(layer, hidden, reverse=True))
     keras_layer = keras.layers.ReversibleEmbedding(512, 64)
     keras_layer.build()
     assert re.search(r"= f32\[8,512\]\{1,0\} dot\(", optimized_hlo(keras_layer, hidden, reverse=True))
@@ -107,7 +127,8 @@ def test_a_few_rows_of_logits_read_the_table_as_rows():
 
 @pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"), reason="XLA's loops")
 def test_a_few_rows_of_bfloat16_logits_in_a_loop_read_a_float32_table_widened_once():
-    """8 rows of a bfloat16 table inside a decoding-like loop: `(E @ h^T)^T` in float32, the widening of `E`
+    """8 rows of a bfloat16 table inside a decoding-like loop of the XLA-CPU engine: `(E @ h^T)^T` in float32,
+    the widening of `E`
     hoisted out of the loop by XLA (a loop invariant), not done at each step."""
     import re
 
@@ -128,7 +149,8 @@ def test_a_few_rows_of_bfloat16_logits_in_a_loop_read_a_float32_table_widened_on
     hidden = keras.ops.cast(rng.normal(size=(8, 1, 64)).astype("float32"), "bfloat16")
     loop = Loop()
     loop.build(hidden.shape)
-    hlo = optimized_hlo(loop, hidden)
+    with XLA_CPU.decoding():
+        hlo = optimized_hlo(loop, hidden)
     name = re.search(r"body=(%[\w.\-]+)", hlo).group(1)
     body = next(c for c in hlo.split("\n\n") if c.startswith(name + " "))
     assert re.search(r"= f32\[512,8\]\{1,0\} dot\(", hlo)
@@ -138,7 +160,8 @@ def test_a_few_rows_of_bfloat16_logits_in_a_loop_read_a_float32_table_widened_on
 
 @pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 8)])
 def test_bfloat16_logits_are_the_float32_product_of_the_bfloat16_table(shape, monkeypatch):
-    """One row of a bfloat16 table, where its widened rows pay (an AVX2 CPU): `E @ h` in float32 over the
+    """In the XLA-CPU engine, one row of a bfloat16 table, where its widened rows pay (an AVX2 CPU): `E @ h` in
+    float32 over the
     bfloat16 values, as more rows compute it through Keras' product."""
     from backend import compiled
 
@@ -148,15 +171,18 @@ def test_bfloat16_logits_are_the_float32_product_of_the_bfloat16_table(shape, mo
     table = keras.ops.convert_to_numpy(keras.ops.cast(layer.embeddings, "float32"))
     hidden = keras.ops.cast(rng.normal(size=shape).astype("float32"), "bfloat16")
     expected = keras.ops.convert_to_numpy(keras.ops.cast(hidden, "float32")) @ table.T
-    for fn in (lambda h: layer(h, reverse=True), compiled(lambda h: layer(h, reverse=True))):
+    reverse = _in(XLA_CPU, lambda h: layer(h, reverse=True))
+    for fn in (reverse, compiled(reverse)):
         logits = keras.ops.convert_to_numpy(fn(hidden))
         assert logits.dtype == np.float32 and logits.shape == shape[:-1] + (50,)
         np.testing.assert_allclose(logits, expected, rtol=2e-2, atol=2e-2)  # the product rounded to bfloat16
 
 
+@pytest.mark.parametrize("engine", [PLAIN, XLA_CPU], ids=["plain", "xla_cpu"])
 @pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 8)])
-def test_int8_logits_equal_keras_int8_and_the_formula(shape):
-    """One row multiplies the int8 table as stored (`rows_product`): Keras' int8 logits, bit for bit."""
+def test_int8_logits_equal_keras_int8_and_the_formula(shape, engine):
+    """In the XLA-CPU engine one row multiplies the int8 table as stored (`rows_product`): Keras' int8 logits,
+    bit for bit, as outside it."""
     from backend import compiled
 
     ours = TiedEmbedding(50, 8)
@@ -167,10 +193,11 @@ def test_int8_logits_equal_keras_int8_and_the_formula(shape):
     for layer in (ours, theirs):
         layer.quantize("int8", type_check=False)
     hidden = rng.normal(size=shape).astype("float32")
-    logits = keras.ops.convert_to_numpy(ours(hidden, reverse=True))
+    reverse = _in(engine, lambda h: ours(h, reverse=True))
+    logits = keras.ops.convert_to_numpy(reverse(hidden))
     np.testing.assert_array_equal(logits, keras.ops.convert_to_numpy(theirs(hidden, reverse=True)))
-    np.testing.assert_array_equal(logits, keras.ops.convert_to_numpy(compiled(lambda h: ours(h, reverse=True))(hidden)))
-    table, scale = (keras.ops.convert_to_numpy(v) for v in (ours._embeddings, ours.embeddings_scale))
+    np.testing.assert_array_equal(logits, keras.ops.convert_to_numpy(compiled(reverse)(hidden)))
+    table, scale = (keras.ops.convert_to_numpy(v) for v in (ours.embeddings, ours.embeddings_scale))
     rows = hidden.reshape(-1, 8)
     h_scale = 127 / np.abs(rows).max(-1, keepdims=True)
     h_q = np.clip(np.round(rows * h_scale), -127, 127)

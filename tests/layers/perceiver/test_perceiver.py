@@ -35,7 +35,10 @@ class TestPerceiverDecoderHarness(LayerHarness):
     init_kwargs = {"num_heads": 2, "use_query_residual": False}
 
     def make_inputs(self):
-        return {"queries": rng.normal(size=(2, 3, 6)).astype("float32"), "latents": rng.normal(size=(2, 5, 8)).astype("float32")}
+        return {
+            "queries": rng.normal(size=(2, 3, 6)).astype("float32"),
+            "latents": rng.normal(size=(2, 5, 8)).astype("float32"),
+        }
 
 
 def test_cross_attention_block_matches_numpy():
@@ -44,7 +47,9 @@ def test_cross_attention_block_matches_numpy():
     block = CrossAttentionBlock(2)
     out = np.asarray(block(q, x))
     ln = lambda layer, h: layer_norm(h, *layer.get_weights(), 1e-5)  # noqa: E731
-    hidden = q + multi_head_attention(ln(block.query_norm, q), ln(block.value_norm, x), block.attention.get_weights(), 2, 2)
+    hidden = q + multi_head_attention(
+        ln(block.query_norm, q), ln(block.value_norm, x), block.attention.get_weights(), 2, 2
+    )
     (w1, b1), (w2, b2) = block.mlp.intermediate_dense.get_weights(), block.mlp.output_dense.get_weights()
     expected = hidden + dense(gelu(dense(ln(block.mlp_norm, hidden), w1, b1)), w2, b2)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
@@ -76,13 +81,19 @@ def test_perceiver_io_learns_a_set_majority():
     values = keras.Input((31, 1))
     mask = keras.Input((31,), dtype="bool")
     features = keras.layers.Dense(32, activation="relu")(values)
-    latents = PerceiverEncoder(num_latents=8, latent_dim=32, num_heads=4, num_self_attention_layers=1)(features, mask=mask)
+    latents = PerceiverEncoder(num_latents=8, latent_dim=32, num_heads=4, num_self_attention_layers=1)(
+        features, mask=mask
+    )
     query = keras.layers.Lambda(lambda t: keras.ops.zeros((keras.ops.shape(t)[0], 1, 32)))(latents)
     decoded = PerceiverDecoder(num_heads=1)(query, latents)
     output = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Flatten()(decoded))
     model = keras.Model([values, mask], output)
-    model.compile(keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(2e-3, 1024)), "binary_crossentropy",
-                  metrics=["accuracy"], jit_compile=True)
+    model.compile(
+        keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(2e-3, 1024)),
+        "binary_crossentropy",
+        metrics=["accuracy"],
+        jit_compile=True,
+    )
     build_optimizer(model)
     x, m, y = sets(8192)
     model.fit([x, m], y, batch_size=64, epochs=8, verbose=0)

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from gradients import gradient
 from harness import LayerHarness
-from reference import softmax
 from reference_memory import span_mask as reference_span_mask
 
 from keras_tfam.layers import AdaptiveSpan, ComposedPosition, MultiHeadAttention, TransformerXLPosition, span_mask
@@ -32,8 +31,12 @@ class TestComposedPositionHarness(LayerHarness):
 
     @property
     def init_kwargs(self):
-        return {"schemes": [TransformerXLPosition(2, bias_initializer="random_normal"),
-                            AdaptiveSpan(2, max_span=4, ramp=2, initial_span=2)]}
+        return {
+            "schemes": [
+                TransformerXLPosition(2, bias_initializer="random_normal"),
+                AdaptiveSpan(2, max_span=4, ramp=2, initial_span=2),
+            ]
+        }
 
     def make_inputs(self):
         query, key, value = _heads()
@@ -72,7 +75,8 @@ def test_spans_covering_the_sequence_equal_unmasked_attention():
     plain = MultiHeadAttention(2, 4, position=TransformerXLPosition(2))
     plain(x)
     pairs = [(plain.position, xl)] + [
-        (getattr(plain, name), getattr(spanned, name)) for name in ("query_dense", "key_dense", "value_dense", "output_dense")
+        (getattr(plain, name), getattr(spanned, name))
+        for name in ("query_dense", "key_dense", "value_dense", "output_dense")
     ]
     for target, source in pairs:
         target.set_weights(source.get_weights())

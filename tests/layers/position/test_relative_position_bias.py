@@ -27,9 +27,7 @@ def test_buckets_match_t5(bidirectional):
 def test_known_bucket_values():
     # Bidirectional, 32 buckets, max distance 128 (T5 defaults).
     d = np.array([0, 1, 7, 8, 20, 128, 1000, -1, -20])
-    np.testing.assert_array_equal(
-        relative_position_buckets(d, True, 32, 128), [0, 1, 7, 8, 10, 15, 15, 17, 26]
-    )
+    np.testing.assert_array_equal(relative_position_buckets(d, True, 32, 128), [0, 1, 7, 8, 10, 15, 15, 17, 26])
 
 
 def test_bias_looks_up_the_bucket_of_each_pair():

@@ -20,9 +20,7 @@ class TestRotaryHarness(LayerHarness):
 def test_matches_paper_rotation():
     x = rng.normal(size=(2, 5, 3, 8)).astype("float32")
     np.testing.assert_allclose(RotaryEmbedding()(x), rotary(x, range(5)), atol=1e-5)
-    np.testing.assert_allclose(
-        RotaryEmbedding()(x, start_index=7), rotary(x, range(7, 12)), atol=1e-5
-    )
+    np.testing.assert_allclose(RotaryEmbedding()(x, start_index=7), rotary(x, range(7, 12)), atol=1e-5)
 
 
 def test_half_pairing_is_a_permutation_of_interleaved():
@@ -67,11 +65,16 @@ def _half_rotation(x, positions, frequencies, factor=1.0):
 
 def test_dynamic_ntk_scaling_keeps_the_frequencies_within_the_context_and_raises_the_base_past_it():
     dim, theta, factor, context = 16, 10000.0, 2.0, 8
-    rope = RotaryEmbedding(theta, pairing="half", scaling={"type": "dynamic", "factor": factor,
-                                                           "original_max_position_embeddings": context})
+    rope = RotaryEmbedding(
+        theta,
+        pairing="half",
+        scaling={"type": "dynamic", "factor": factor, "original_max_position_embeddings": context},
+    )
     x = np.random.default_rng(0).normal(size=(1, 12, 2, dim)).astype("float32")
     plain = 1.0 / theta ** (np.arange(0, dim, 2) / dim)
-    np.testing.assert_allclose(rope(x[:, :context]), _half_rotation(x[:, :context], np.arange(context), plain), atol=1e-5)
+    np.testing.assert_allclose(
+        rope(x[:, :context]), _half_rotation(x[:, :context], np.arange(context), plain), atol=1e-5
+    )
     # 12 positions: base * (factor * 12 / 8 - (factor - 1)) ** (d / (d - 2)) (bloc97 / emozilla).
     base = theta * (factor * 12 / context - (factor - 1)) ** (dim / (dim - 2))
     scaled = 1.0 / base ** (np.arange(0, dim, 2) / dim)

@@ -17,7 +17,10 @@ SCHEMES = {
     "shaw": lambda: ShawRelativePosition(2, embeddings_initializer="random_normal"),
     "transformer_xl": lambda: TransformerXLPosition(2, bias_initializer="random_normal"),
     "xl+span": lambda: ComposedPosition(
-        [TransformerXLPosition(2, bias_initializer="random_normal"), AdaptiveSpan(2, max_span=4, ramp=2, initial_span=2)]
+        [
+            TransformerXLPosition(2, bias_initializer="random_normal"),
+            AdaptiveSpan(2, max_span=4, ramp=2, initial_span=2),
+        ]
     ),
 }
 

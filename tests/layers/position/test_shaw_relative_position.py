@@ -27,7 +27,11 @@ class TestAttentionWithShawHarness(LayerHarness):
 
     @property
     def init_kwargs(self):
-        return {"num_heads": 2, "key_dim": 4, "position": ShawRelativePosition(3, embeddings_initializer="random_normal")}
+        return {
+            "num_heads": 2,
+            "key_dim": 4,
+            "position": ShawRelativePosition(3, embeddings_initializer="random_normal"),
+        }
 
     def make_inputs(self):
         return {"query": rng.normal(size=(2, 7, 8)).astype("float32")}
@@ -68,8 +72,9 @@ def test_inside_attention_matches_numpy():
     wq, bq, wk, bk, wv, bv, wo, bo = (np.asarray(w, np.float64) for w in _projections(layer))
     heads = lambda a: a.reshape(2, 7, 2, 4)  # noqa: E731
     causal = np.broadcast_to(np.tril(np.ones((7, 7), bool)), (2, 7, 7))
-    z = shaw_attention(heads(dense(x, wq, bq)), heads(dense(x, wk, bk)), heads(dense(x, wv, bv)), key_table,
-                       value_table, 3, causal)
+    z = shaw_attention(
+        heads(dense(x, wq, bq)), heads(dense(x, wk, bk)), heads(dense(x, wv, bv)), key_table, value_table, 3, causal
+    )
     np.testing.assert_allclose(out, dense(z.reshape(2, 7, 8), wo, bo), atol=1e-5)
 
 
@@ -83,8 +88,8 @@ def test_zero_tables_equal_vanilla_attention(use_value_term):
     weights = _projections(shaw)
     vanilla = MultiHeadAttention(2, 4)
     vanilla(x)
-    for dense, source in zip(_projections_layers(vanilla), _projections_layers(shaw)):
-        dense.set_weights(source.get_weights())
+    for projection, source in zip(_projections_layers(vanilla), _projections_layers(shaw)):
+        projection.set_weights(source.get_weights())
     np.testing.assert_allclose(out, vanilla(x, use_causal_mask=True), atol=1e-6)
     causal = np.tril(np.ones((1, 6, 6), bool))
     expected = multi_head_attention(x, x, [np.asarray(w, np.float64) for w in weights], 2, 2, causal)

@@ -15,7 +15,10 @@ class TestMABHarness(LayerHarness):
     init_kwargs = {"num_heads": 2, "intermediate_dim": 12}
 
     def make_inputs(self):
-        return {"query": rng.normal(size=(2, 4, 8)).astype("float32"), "value": rng.normal(size=(2, 6, 5)).astype("float32")}
+        return {
+            "query": rng.normal(size=(2, 4, 8)).astype("float32"),
+            "value": rng.normal(size=(2, 6, 5)).astype("float32"),
+        }
 
 
 class TestSABHarness(LayerHarness):
@@ -31,7 +34,10 @@ class TestISABHarness(LayerHarness):
     init_kwargs = {"num_heads": 2, "num_inducing": 3}
 
     def make_inputs(self):
-        return {"inputs": rng.normal(size=(2, 6, 8)).astype("float32"), "mask": np.array([[1] * 6, [1] * 4 + [0] * 2], bool)}
+        return {
+            "inputs": rng.normal(size=(2, 6, 8)).astype("float32"),
+            "mask": np.array([[1] * 6, [1] * 4 + [0] * 2], bool),
+        }
 
 
 class TestPMAHarness(LayerHarness):
@@ -50,7 +56,10 @@ def test_mab_matches_the_paper_formula():
     hidden = x + multi_head_attention(x, y, layer.attention.get_weights(), 2, 2)
     g1, b1 = layer.norm_1.get_weights()
     hidden = layer_norm(hidden, g1, b1, 1e-5)
-    (w1, c1), (w2, c2) = layer.feed_forward.intermediate_dense.get_weights(), layer.feed_forward.output_dense.get_weights()
+    (w1, c1), (w2, c2) = (
+        layer.feed_forward.intermediate_dense.get_weights(),
+        layer.feed_forward.output_dense.get_weights(),
+    )
     g2, b2 = layer.norm_2.get_weights()
     expected = layer_norm(hidden + dense(np.maximum(dense(hidden, w1, c1), 0), w2, c2), g2, b2, 1e-5)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)

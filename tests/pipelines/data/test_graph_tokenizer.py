@@ -20,10 +20,34 @@ with open(os.path.join(FIXTURES, "hf-llama-tiny", "texts.json"), encoding="utf-8
     WIKITEXT_LINES = json.load(_file)  # 40 lines of WikiText-2's test split
 # Where the split patterns' look-ahead, Unicode whitespace, added tokens and byte fallback decide the ids.
 EDGES = [
-    "", " ", "   ", "Hello  world", "a \n\nb", "\n\n  x", " \n x", "  123", "!\n  x", "x   ", "tab\t\tword",
-    "\u00a0\u00a0nbsp", "it's IT'S He'll", "<s> in text </s>", "<|endoftext|>after", "émigré naïve 日本語 テキスト",
-    "12345678 1,234.5", "mixed \r\n\r\n  end", "\u3000\u3000x", "a\u2009\u2009b", "e\u0301 combining", "<unk>",
-    "x<0x41>y", "emoji 🙂🙂 ok", "ſ 'S 'ſ", "\x0b\x0bv", "\x85\x85z", "<|begin_of_text|><|begin_of_text|> x",
+    "",
+    " ",
+    "   ",
+    "Hello  world",
+    "a \n\nb",
+    "\n\n  x",
+    " \n x",
+    "  123",
+    "!\n  x",
+    "x   ",
+    "tab\t\tword",
+    "\u00a0\u00a0nbsp",
+    "it's IT'S He'll",
+    "<s> in text </s>",
+    "<|endoftext|>after",
+    "émigré naïve 日本語 テキスト",
+    "12345678 1,234.5",
+    "mixed \r\n\r\n  end",
+    "\u3000\u3000x",
+    "a\u2009\u2009b",
+    "e\u0301 combining",
+    "<unk>",
+    "x<0x41>y",
+    "emoji 🙂🙂 ok",
+    "ſ 'S 'ſ",
+    "\x0b\x0bv",
+    "\x85\x85z",
+    "<|begin_of_text|><|begin_of_text|> x",
 ]
 # Characters that exercise every alternative of the split patterns.
 ALPHABET = [*"ab Z9'sS\n\r\t ,.!", "\u00a0", "\u3000", "\u2009", "é", "e\u0301", "日", "🙂", "\x0b", "\x85", "ſ", "’"]
@@ -37,14 +61,23 @@ def _assert_same_as_library(library, graph, texts, rows=()):
     assert not mismatches, mismatches[:3]
     rows = [*expected, *rows]
     text = graph.decode(tf.ragged.constant(rows, dtype=tf.int32, ragged_rank=1)).numpy()
-    mismatches = [(row, got.decode(), library.decode(row)) for row, got in zip(rows, text) if got.decode() != library.decode(row)]
+    mismatches = [
+        (row, got.decode(), library.decode(row)) for row, got in zip(rows, text) if got.decode() != library.decode(row)
+    ]
     assert not mismatches, mismatches[:3]
 
 
 @pytest.mark.parametrize(
     "fixture",
-    ["hf-llama-tiny", "hf-qwen2-tiny", "hf-mistral-tiny", "hf-gemma-tiny", "spm-llama-tiny", "spm-llama-legacy-tiny",
-     "spm-gemma-tiny"],
+    [
+        "hf-llama-tiny",
+        "hf-qwen2-tiny",
+        "hf-mistral-tiny",
+        "hf-gemma-tiny",
+        "spm-llama-tiny",
+        "spm-llama-legacy-tiny",
+        "spm-gemma-tiny",
+    ],
 )
 def test_the_fixtures_tokenizers_give_transformers_ids_and_text(fixture):
     library = HuggingFaceTokenizer(os.path.join(FIXTURES, fixture))
@@ -73,13 +106,18 @@ def _byte_level(pattern=None, ignore_merges=False, nfc=False, prefix_space=False
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
     else:
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(pattern), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+            [
+                pre_tokenizers.Split(Regex(pattern), "isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
         )
     if nfc:
         tokenizer.normalizer = normalizers.NFC()
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=600,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
         special_tokens=["<|begin_of_text|>", "<|eot|>"],
     )
     tokenizer.train_from_iterator(WIKITEXT_LINES, trainer)
@@ -106,8 +144,13 @@ def test_the_split_patterns_look_ahead_is_read_exactly(split_tokenizer):
 
 
 @settings(max_examples=15, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(texts=st.lists(st.lists(st.sampled_from(ALPHABET + ["<|eot|>", "  ", "\n\n"]), max_size=24).map("".join),
-                      min_size=1, max_size=40))
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(ALPHABET + ["<|eot|>", "  ", "\n\n"]), max_size=24).map("".join),
+        min_size=1,
+        max_size=40,
+    )
+)
 def test_generated_text_gives_the_librarys_ids(split_tokenizer, texts):
     library, graph = split_tokenizer
     _assert_same_as_library(library, graph, texts)
@@ -118,7 +161,8 @@ def test_it_runs_in_a_saved_model(tmp_path):
     module = tf.Module()
     module.graph = GraphTokenizer(library.to_json())
     module.round_trip = tf.function(
-        lambda texts: module.graph.decode(module.graph.encode(texts)), input_signature=[tf.TensorSpec([None], tf.string)]
+        lambda texts: module.graph.decode(module.graph.encode(texts)),
+        input_signature=[tf.TensorSpec([None], tf.string)],
     )
     tf.saved_model.save(module, str(tmp_path))
     loaded = tf.saved_model.load(str(tmp_path))
@@ -141,8 +185,17 @@ def _with(tokenizer_json, **changes):
     "changes, named",
     [
         ({"model__type": "WordPiece"}, "model"),
-        ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": r"\w+(?=x)"}, "behavior": "Isolated", "invert": False}},
-         "pre-tokenizer"),
+        (
+            {
+                "pre_tokenizer": {
+                    "type": "Split",
+                    "pattern": {"Regex": r"\w+(?=x)"},
+                    "behavior": "Isolated",
+                    "invert": False,
+                }
+            },
+            "pre-tokenizer",
+        ),
         ({"pre_tokenizer": {"type": "Digits", "individual_digits": True}}, "pre-tokenizer"),
         ({"normalizer": {"type": "Lowercase"}}, "normalizer"),
         ({"decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True}}, "decoder"),

@@ -17,7 +17,9 @@ def test_official_counts(split, lines, tokens):
 @requires_wikitext
 def test_files_are_the_real_ones():
     with open(find_split(WIKITEXT2, "valid"), "rb") as f:
-        assert hashlib.sha256(f.read()).hexdigest() == "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"
+        assert (
+            hashlib.sha256(f.read()).hexdigest() == "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"
+        )
 
 
 def test_subfolder_and_alias(tmp_path):

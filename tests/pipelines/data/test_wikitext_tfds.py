@@ -22,5 +22,7 @@ def test_no_data_and_no_download_names_what_was_searched(tmp_path, monkeypatch):
     builder = wikitext_tfds.Wikitext(config="wikitext-2-raw-v1", data_dir=str(tmp_path / "data"))
     manual = tmp_path / "manual"
     manual.mkdir()
-    with pytest.raises(FileNotFoundError, match=r"Searched the manual directory .*manual.* for wiki\.\{train,valid,test\}\.tokens"):
+    with pytest.raises(
+        FileNotFoundError, match=r"Searched the manual directory .*manual.* for wiki\.\{train,valid,test\}\.tokens"
+    ):
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual)))

@@ -3,15 +3,10 @@
 import keras
 from keras import ops
 
+from keras_tfam.engine import current_engine
 from keras_tfam.layers.attention.caches.attention_cache import AttentionCache
 from keras_tfam.ops import masks as mask_ops
 from keras_tfam.utils import check_window, static_dim, static_int
-
-# XLA's CPU backend writes into a 16-bit float tensor in float32: it widens the whole cache, writes
-# the new position and narrows the cache back, a copy of it for every decoded token (50 us a layer
-# for GPT-2 small at 160 positions), where it writes an integer tensor in place. So on the XLA
-# backends a 16-bit float cache holds its values' bits, in the integer type of the same width.
-_BITS_OF = {"bfloat16": "uint16", "float16": "int16"}
 
 
 class KeyValueCache(AttentionCache):
@@ -44,15 +39,15 @@ class KeyValueCache(AttentionCache):
 
     def init(self, batch_size, max_length, dtype="float32", window=None):
         if max_length is None:
-            raise ValueError("A cache of keys and values needs `max_length`, the positions it holds. Received: max_length=None")
+            raise ValueError(
+                "A cache of keys and values needs `max_length`, the positions it holds. Received: max_length=None"
+            )
         slots = max_length
         ring = self.ring_window(check_window(window))
         if ring is not None:
             both_known = isinstance(max_length, int) and isinstance(ring, int)
             slots = min(max_length, ring) if both_known else ops.minimum(max_length, ring)
-        dtype = keras.backend.standardize_dtype(dtype)
-        if keras.backend.backend() in ("tensorflow", "jax"):
-            dtype = _BITS_OF.get(dtype, dtype)
+        dtype = current_engine().cache_dtype(keras.backend.standardize_dtype(dtype))
         return ops.zeros((batch_size, 2, slots, self.num_key_value_heads, self.key_dim), dtype)
 
     @staticmethod
@@ -65,7 +60,8 @@ class KeyValueCache(AttentionCache):
             >>> keras.backend.standardize_dtype(keys.dtype), tuple(values.shape)
             ('bfloat16', (1, 8, 2, 4))
         """
-        return _as_floats(cache[:, 0]), _as_floats(cache[:, 1])
+        engine = current_engine()
+        return engine.cache_values(cache[:, 0]), engine.cache_values(cache[:, 1])
 
     def resize(self, cache, max_length):
         """Grows the cache to `max_length` positions; a ring only before it wraps, never past `lookback`."""
@@ -94,7 +90,8 @@ class KeyValueCache(AttentionCache):
     def update(self, cache, key, value, index, window=None):
         ring = self.ring_window(window)
         stored = keras.backend.standardize_dtype(cache.dtype)
-        update = ops.cast(ops.stack([key, value], axis=1), _float_of(stored) or stored)  # [B, 2, T, K, H]
+        engine = current_engine()
+        update = ops.cast(ops.stack([key, value], axis=1), engine.cache_value_dtype(stored))  # [B, 2, T, K, H]
         new = static_dim(update.shape[2])
         slots = static_dim(cache.shape[2]) or ops.shape(cache)[2]
         known_index = static_int(index)
@@ -107,7 +104,7 @@ class KeyValueCache(AttentionCache):
             start = index
             if ring is not None and not fits:
                 start = known_index % slots if known_index is not None else ops.mod(index, slots)
-            cache = ops.slice_update(cache, (0, 0, start, 0, 0), _as_stored(update, stored))
+            cache = ops.slice_update(cache, (0, 0, start, 0, 0), engine.cache_stored(update, stored))
             held = mask_ops.ring_positions(slots, ops.add(index, ops.shape(update)[2]))
             return (cache, *self.keys_values(cache), held, None)
         # Several new positions that may wrap around the ring: a later one
@@ -123,7 +120,7 @@ class KeyValueCache(AttentionCache):
         )
         held = mask_ops.ring_positions(slots, ops.add(index, length))
         fresh = ops.greater_equal(held, index)
-        taken = ops.take(_as_stored(update, stored), ops.clip(held - index, 0, length - 1), axis=2)
+        taken = ops.take(engine.cache_stored(update, stored), ops.clip(held - index, 0, length - 1), axis=2)
         cache = ops.where(fresh[None, None, :, None, None], taken, cache)
         return cache, keys, values, key_positions, None
 
@@ -148,19 +145,3 @@ class KeyValueCache(AttentionCache):
                 f"A ring cache must hold the whole window once it wraps: {slots} slots for window={known}. "
                 f"Received: cache_update_index={index} with {new} new token(s)"
             )
-
-
-def _float_of(stored):
-    """The float dtype whose bits a cache of dtype `stored` holds, or `None` (a cache of floats)."""
-    return next((dtype for dtype, bits in _BITS_OF.items() if bits == stored), None)
-
-
-def _as_floats(tensor):
-    """A cache's tensor in its float dtype: 16-bit floats held as bits are viewed as floats again."""
-    dtype = _float_of(keras.backend.standardize_dtype(tensor.dtype))
-    return tensor if dtype is None else ops.view(tensor, dtype)
-
-
-def _as_stored(tensor, stored):
-    """Floats in a cache's stored dtype `stored`: their bits when it holds 16-bit floats as bits."""
-    return tensor if _float_of(stored) is None else ops.view(tensor, stored)

@@ -74,7 +74,9 @@ class TrigonometricRandomFeatures(RandomFeatureMap):
         projected = self._project(x)
         features = ops.concatenate([ops.sin(projected), ops.cos(projected)], axis=-1) / math.sqrt(self.num_features)
         if not (self.normalize or query):
-            features = features * ops.exp(ops.minimum(0.5 * ops.sum(ops.square(x), axis=-1, keepdims=True), MAX_EXPONENT))
+            features = features * ops.exp(
+                ops.minimum(0.5 * ops.sum(ops.square(x), axis=-1, keepdims=True), MAX_EXPONENT)
+            )
         return features
 
     def get_config(self):

@@ -42,8 +42,7 @@ class BigBird(AttentionPattern):
         >>> attention = MultiHeadAttention(12, 64, pattern=BigBird(64, num_random_blocks=3))
     """
 
-    def __init__(self, block_size, num_random_blocks=3, num_window_blocks=3, num_global_blocks=2, seed=0,
-                 causal=False):
+    def __init__(self, block_size, num_random_blocks=3, num_window_blocks=3, num_global_blocks=2, seed=0, causal=False):
         block_size = check_positive_int("block_size", block_size)
         num_window_blocks = check_positive_int("num_window_blocks", num_window_blocks)
         if num_window_blocks % 2 == 0:

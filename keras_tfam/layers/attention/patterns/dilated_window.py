@@ -26,7 +26,8 @@ class DilatedWindow(AttentionPattern):
         dilation: distance between attended keys (positive int).
 
     Examples:
-        >>> pattern = HeadPatterns([SlidingWindow(64), DilatedWindow(64, 2), DilatedWindow(64, 4), DilatedWindow(64, 8)])
+        >>> windows = [SlidingWindow(64), DilatedWindow(64, 2), DilatedWindow(64, 4), DilatedWindow(64, 8)]
+        >>> pattern = HeadPatterns(windows)
     """
 
     def __init__(self, window, dilation=2):

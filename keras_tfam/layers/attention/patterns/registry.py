@@ -67,7 +67,8 @@ def interleave(patterns, num_layers):
 
     Examples:
         >>> interleave([Strided(32, subset=1), Strided(32, subset=2)], 4)  # A(1), A(2), A(1), A(2)
-        [Strided(stride=32, subset=1), Strided(stride=32, subset=2), Strided(stride=32, subset=1), Strided(stride=32, subset=2)]
+        [Strided(stride=32, subset=1), Strided(stride=32, subset=2),
+         Strided(stride=32, subset=1), Strided(stride=32, subset=2)]
     """
     patterns = [get_pattern(pattern) for pattern in patterns]
     if not patterns:

@@ -31,17 +31,19 @@ def mask(pattern, length):
     return np.asarray(keras.ops.convert_to_numpy(pattern.mask(positions, positions)))
 
 
-def strided_subsets(l):
-    # Child et al. 2019, section 4.2, causal: A(1)_i = {t, ..., i}, t = max(0, i - l); A(2)_i = {j : (i - j) mod l = 0}.
-    a1 = lambda i, j: max(0, i - l) <= j <= i  # noqa: E731
-    a2 = lambda i, j: j <= i and (i - j) % l == 0  # noqa: E731
+def strided_subsets(stride):
+    # Child et al. 2019, section 4.2, causal (l = stride): A(1)_i = {t, ..., i}, t = max(0, i - l);
+    # A(2)_i = {j : (i - j) mod l = 0}.
+    a1 = lambda i, j: max(0, i - stride) <= j <= i  # noqa: E731
+    a2 = lambda i, j: j <= i and (i - j) % stride == 0  # noqa: E731
     return a1, a2
 
 
-def fixed_subsets(l, c):
-    # A(1)_i = {j : floor(j / l) = floor(i / l)}; A(2)_i = {j : j mod l in {l - c, ..., l - 1}} (causal: j <= i).
-    a1 = lambda i, j: j <= i and j // l == i // l  # noqa: E731
-    a2 = lambda i, j: j <= i and j % l >= l - c  # noqa: E731
+def fixed_subsets(stride, c):
+    # A(1)_i = {j : floor(j / l) = floor(i / l)}; A(2)_i = {j : j mod l in {l - c, ..., l - 1}} (causal: j <= i),
+    # l = stride.
+    a1 = lambda i, j: j <= i and j // stride == i // stride  # noqa: E731
+    a2 = lambda i, j: j <= i and j % stride >= stride - c  # noqa: E731
     return a1, a2
 
 
@@ -224,8 +226,14 @@ def test_blockwise_refuses_a_partial_cycle_of_its_permutation():
         (lambda: Blockwise(4, [np.int64(1), np.int64(0)]), {"block_size": 4, "permutation": [1, 0]}),
         (
             lambda: BigBird(np.int64(4), np.int64(2), np.int64(3), np.int64(1), seed=np.int64(5)),
-            {"block_size": 4, "num_random_blocks": 2, "num_window_blocks": 3, "num_global_blocks": 1, "seed": 5,
-             "causal": False},
+            {
+                "block_size": 4,
+                "num_random_blocks": 2,
+                "num_window_blocks": 3,
+                "num_global_blocks": 1,
+                "seed": 5,
+                "causal": False,
+            },
         ),
     ],
 )
