@@ -34,7 +34,7 @@ def quantize_seconds(case):
     import keras_hub
 
     from keras_tfam.models import GPT2LM
-    from keras_tfam.utils import FreesDeletedVariables
+    from keras_tfam.keras_compat import FreesDeletedVariables
 
     if case == "keras-hub":
         backbone = keras_hub.models.GPT2Backbone(

@@ -68,7 +68,7 @@ def cpu_flags():
     """The CPU's feature flags (`/proc/cpuinfo`, or `TFAM_CPU_FLAGS`), a set; empty where unknown.
 
     Examples:
-        >>> sorted(cpu_flags() & {"avx2", "avx512f", "amx_bf16"})  # on a Xeon with AMX
+        >>> sorted(cpu_flags() & {"avx2", "avx512f", "amx_bf16"})  # on a CPU with AVX-512 and AMX
         ['amx_bf16', 'avx2', 'avx512f']
     """
     override = os.environ.get("TFAM_CPU_FLAGS")

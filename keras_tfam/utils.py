@@ -5,8 +5,6 @@ import math
 import keras
 import numpy as np
 
-from keras_tfam.keras_compat import FreesDeletedVariables  # noqa: F401 (its former home)
-
 
 def is_integer(value):
     """Whether `value` is an integer of any integer type: a Python int or a NumPy integer, not a bool."""

@@ -3,7 +3,7 @@
 import keras
 
 from keras_tfam.engine import current_engine
-from keras_tfam.utils import FreesDeletedVariables
+from keras_tfam.keras_compat import FreesDeletedVariables
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")

@@ -5,7 +5,8 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.engine import current_engine
-from keras_tfam.utils import FreesDeletedVariables, check_positive_int
+from keras_tfam.keras_compat import FreesDeletedVariables
+from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
