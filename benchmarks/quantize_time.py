@@ -33,8 +33,8 @@ def quantize_seconds(case):
     import keras
     import keras_hub
 
-    from keras_tfam.models import GPT2LM
     from keras_tfam.keras_compat import FreesDeletedVariables
+    from keras_tfam.models import GPT2LM
 
     if case == "keras-hub":
         backbone = keras_hub.models.GPT2Backbone(
