@@ -1,5 +1,6 @@
 """The `tfam` training, evaluation, generation and export commands (see pipelines.cli)."""
 
+import contextlib
 import json
 import math
 import os
@@ -154,37 +155,142 @@ def _knn_lm(model, tokenizer, args):
     return KNNLM(model, datastore, interpolation=args.knn_interpolation), settings
 
 
+# `generate`'s steering options that `tfam generate` takes as flags (`--repetition-penalty`, ...): name, type, help.
+_STEERING_FLAGS = (
+    (
+        "repetition_penalty",
+        float,
+        "divide the positive logits (multiply the negative ones) of the ids in the prompt or generated so far by "
+        "it (> 0; 1 is off)",
+    ),
+    ("no_repeat_ngram_size", int, "never repeat an n-gram of this many tokens (prompt included)"),
+    ("min_new_tokens", int, "do not stop at the end token before this many new tokens"),
+    ("presence_penalty", float, "subtracted from the logit of every id generated so far (OpenAI's)"),
+    ("frequency_penalty", float, "times its count, subtracted from the logit of every id generated so far (OpenAI's)"),
+    (
+        "min_p",
+        float,
+        "with the top_k, top_p or random sampler: drop the tokens less likely than min_p times the most likely one "
+        "(in [0, 1])",
+    ),
+)
+# The options that errors of `generate` and the samplers name (`` `min_p` ``), and their flags (`` `--min-p` ``).
+_OPTION_FLAGS = {
+    **{name: f"--{name.replace('_', '-')}" for name, _, _ in _STEERING_FLAGS},
+    **{
+        name: f"--{name.replace('_', '-')}"
+        for name in ("max_new_tokens", "temperature", "seed", "window", "chunk_size")
+    },
+    "k": "--top-k",  # TopKSampler(k)
+    "p": "--top-p",  # TopPSampler(p)
+}
+
+
 def _generate(args):
     import numpy as np
     import tensorflow as tf
 
-    from keras_tfam.generation import TopKSampler, TopPSampler, get_sampler
+    from keras_tfam.utils import check_positive_int
 
     if not math.isfinite(args.temperature):
         raise ValueError(
             f"`--temperature` must be a finite number (<= 0 for greedy). Received: temperature={args.temperature}"
         )
+    stops = tuple(args.stop or ())
+    if "" in stops:
+        raise ValueError("`--stop` must be a non-empty string. Received: stop=''")
     model, tokenizer = load_run(args.run, args.checkpoint)
     if tokenizer is None:
         raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
-    if args.temperature <= 0:  # as the exported `generate` signature: greedy
+    with _options_named_as_flags():
+        check_positive_int("chunk_size", args.chunk_size)
+        options = _generate_options(args, tokenizer)
+        for prompt in args.prompt or [""]:
+            ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values))
+            head = f"{prompt}{' ' if prompt and tokenizer.kind == 'word' else ''}"
+            if args.stream:
+                _print_streamed(model, tokenizer, ids, head, stops, args, options)
+            else:
+                out = model.generate([ids], args.max_new_tokens, **options)
+                text, _ = _completion_text(tokenizer, out[0, len(ids) :], options["stop_token_ids"])
+                print(head + _settled_text(text, stops, final=True)[0])
+
+
+@contextlib.contextmanager
+def _options_named_as_flags():
+    """Re-raises a `ValueError` naming an option of `generate` or of a sampler with its flag instead."""
+    try:
+        yield
+    except ValueError as error:
+        message = str(error)
+        for name, flag in _OPTION_FLAGS.items():
+            message = message.replace(f"`{name}`", f"`{flag}`")
+        raise ValueError(message) from error
+
+
+def _generate_options(args, tokenizer):
+    """The keyword arguments of `model.generate` and `model.stream` that the flags of `tfam generate` give."""
+    from keras_tfam.generation import TopKSampler, TopPSampler, get_sampler
+
+    if args.temperature <= 0 or args.sampler == "greedy":  # <= 0 as the exported `generate` signature: greedy
         sampler = get_sampler("greedy")
     elif args.sampler == "top_k":
         sampler = TopKSampler(args.top_k, args.temperature)
     elif args.sampler == "top_p":
         sampler = TopPSampler(args.top_p, args.temperature)
-    elif args.sampler == "greedy":
-        sampler = get_sampler("greedy")
     else:
         sampler = get_sampler(args.sampler, temperature=args.temperature)
-    prompts = args.prompt or [""]
-    for prompt in prompts:
-        ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values))
-        out = model.generate(
-            [ids], args.max_new_tokens, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow
-        )
-        completion = tokenizer.detokenize(out[:, len(ids) :]).numpy()[0].decode("utf-8", "replace")
-        print(f"{prompt}{' ' if prompt and tokenizer.kind == 'word' else ''}{completion}")
+    options = {name: getattr(args, name) for name, _, _ in _STEERING_FLAGS}
+    stop_token_ids = [] if args.no_stop_at_eos else [tokenizer.eos_id]
+    return dict(options, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow,
+                stop_token_ids=stop_token_ids)  # fmt: skip
+
+
+def _completion_text(tokenizer, new_ids, stop_token_ids):
+    """`(text, ended)`: the text of a prompt's new ids before the first stop token, and whether there is one."""
+    import numpy as np
+
+    new_ids = np.asarray(new_ids, np.int32)
+    ends = np.flatnonzero(np.isin(new_ids, stop_token_ids))
+    if len(ends):
+        new_ids = new_ids[: ends[0]]
+    return tokenizer.detokenize(new_ids[None, :]).numpy()[0].decode("utf-8", "replace"), bool(len(ends))
+
+
+def _settled_text(text, stops, final):
+    """`(text, stopped)`: `text` cut before the first of the `stops` strings in it, and whether one is.
+
+    Unless `final` (more tokens may follow), less the tail they could still
+    change: an unfinished UTF-8 character, or the start of a stop string (so
+    that what is printed never runs past one).
+    """
+    if not final:
+        text = text.rstrip("\ufffd")
+    cut = min((start for start in map(text.find, stops) if start >= 0), default=None)
+    end = len(text) if cut is None else cut
+    if not final:
+        longest = max(map(len, stops), default=0)
+        for start in range(max(len(text) - longest + 1, 0), end):
+            if any(stop.startswith(text[start:]) for stop in stops):
+                return text[:start], False
+    return text[:end], cut is not None
+
+
+def _print_streamed(model, tokenizer, ids, head, stops, args, options):
+    """Prints `head`, then the completion of `ids` chunk by chunk as `model.stream` generates it, then a newline.
+
+    The printed line is the one `tfam generate` prints without `--stream`.
+    """
+    new_ids, text, printed = [], "", 0
+    for chunk in model.stream([ids], args.max_new_tokens, args.chunk_size, **options):
+        new_ids.extend(chunk[0].tolist())
+        text, ended = _completion_text(tokenizer, new_ids, options["stop_token_ids"])
+        settled, stopped = _settled_text(text, stops, final=ended)
+        print(head + settled[printed:], end="", flush=True)
+        head, printed = "", len(settled)
+        if ended or stopped:
+            break
+    print(head + _settled_text(text, stops, final=True)[0][printed:], flush=True)
 
 
 def _export(args):
@@ -200,7 +306,7 @@ def _export(args):
 def add_commands(commands):
     """Adds `train`, `eval`, `generate`, `export` to the `tfam` sub-command parser."""
     from keras_tfam.generation import SAMPLERS
-    from keras_tfam.generation.generator import OVERFLOWS
+    from keras_tfam.generation.requests import OVERFLOWS
     from pipelines.config import add_config_arguments
 
     train = commands.add_parser("train", help="train a GPT-2-style LM (rerun the same command to resume)")
@@ -254,6 +360,27 @@ def add_commands(commands):
         choices=OVERFLOWS,
         help="past the model's context: slide a window over the last tokens (default), or stop with an error",
     )
+    generate.add_argument(
+        "--stop",
+        action="append",
+        metavar="STRING",
+        help="end the completion before this text (repeat for several: the first found in the text ends it)",
+    )
+    generate.add_argument(
+        "--no-stop-at-eos",
+        action="store_true",
+        help="generate past the tokenizer's end-of-line token (by default a completion ends before it)",
+    )
+    generate.add_argument(
+        "--stream", action="store_true", help="print the completion as it is generated, chunk by chunk"
+    )
+    generate.add_argument(
+        "--chunk-size", type=int, default=8, metavar="N", help="with --stream: new tokens per chunk (default 8)"
+    )
+    steering = generate.add_argument_group("steering", "logits processors, as transformers' and OpenAI's options")
+    for name, type_, help_ in _STEERING_FLAGS:
+        metavar = "N" if type_ is int else "X"
+        steering.add_argument(f"--{name.replace('_', '-')}", type=type_, default=None, metavar=metavar, help=help_)
     generate.set_defaults(handler=_generate)
 
     export = commands.add_parser("export", help="write the SavedModel (TF Serving layout)")

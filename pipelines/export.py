@@ -9,25 +9,42 @@ folder that looks complete. `<export_dir>/.export.lock` lets one export at
 a time write there; the next export deletes what killed ones left behind
 (and puts back a version that an interrupted `--overwrite` had moved aside).
 
-Signatures (all without XLA, which TF Serving on CPU does not enable):
+Signatures (all without XLA, which TF Serving on CPU does not enable). Every
+input of `generate` and `generate_text` has the batch on its first axis (one
+setting per row), so TF Serving's batcher can merge requests; a merged call
+gives each row what it gets alone (`pipelines.serving_requests` builds them):
 
 - `serving_default(token_ids int32 [B, T])` -> `logits float32 [B, V]`: the
   next-token logits after the last position `T - 1` (not log-probabilities).
-- `generate(token_ids int32 [B, T], lengths int32 [B], max_new_tokens int32 [],
-  temperature float32 [], top_k int32 [], top_p float32 [], seed int32 [])`
-  -> `token_ids int32 [B, T + max_new_tokens]`: prompts right-padded to `T`,
-  `lengths` their real lengths; each row is its prompt, `max_new_tokens` new
-  tokens, then padding. `temperature <= 0` is greedy; `top_k <= 0` and
-  `top_p >= 1` turn those filters off. The decoding loop of
+- `generate(token_ids int32 [B, T], lengths int32 [B], max_new_tokens int32 [B],
+  temperature float32 [B], top_k int32 [B], top_p float32 [B], seed int32 [B],
+  stop_token_ids int32 [B, S], repetition_penalty float32 [B])` ->
+  `token_ids int32 [B, T + N]` (`N` the largest `max_new_tokens`),
+  `num_generated int32 [B]`, `logprobs float32 [B, N]`: prompts right-padded
+  to `T`, `lengths` their real lengths; each row is its prompt, its new
+  tokens, then padding (0). `temperature <= 0` is greedy; `top_k <= 0` and
+  `top_p >= 1` turn those filters off; `seed` seeds the row's draws (the same
+  seed, the same draws, whatever else the batch holds); a row stops after it
+  generates one of its `stop_token_ids` (negative ids are none; pad a row
+  with `-1`); `repetition_penalty` as transformers' (1 is off).
+  `num_generated` counts a row's new tokens (its stop token included),
+  `logprobs` is the log-probability of each under the model's own
+  distribution, 0 past `num_generated`. The decoding loop of
   `keras_tfam.generation` runs in the graph, with the model's context: past
   it, a sliding window, as `GPT2LM.generate`.
 - `generate_text(prompts string [B], max_new_tokens, temperature, top_k, top_p,
-  seed)` -> `completions string [B]`: the tokenizer runs in the graph; each
-  prompt is read as following an end of line, as in training.
+  seed, stop_token_ids, repetition_penalty)` -> `completions string [B]`,
+  `num_generated int32 [B]`: the tokenizer runs in the graph; each prompt is
+  read as following an end of line, as in training; a row also stops at the
+  tokenizer's end token, which is not detokenized.
+
+Each version holds `assets.extra/tf_serving_warmup_requests`
+(`pipelines.serving_warmup`), which TF Serving replays before serving it.
 
 Every signature rejects bad requests with an error naming the value (ids
 outside `[0, V)`, empty prompts, `lengths` of another batch, a NaN
-temperature, a `max_new_tokens` past the export's limit, ...): the checks of `keras_tfam.generation.prompt_checks`, as
+temperature, a `max_new_tokens` past the export's limit, a setting with another
+number of rows, ...): the checks of `keras_tfam.generation.prompt_checks`, as
 graph assertions.
 
 The word and character tokenizers use core TensorFlow ops only. The BPE
@@ -54,24 +71,29 @@ import tempfile
 
 import tensorflow as tf
 
-from keras_tfam.generation import Sampling, TensorSampler, generate_graph, prompt_checks
+from keras_tfam.generation import RepetitionPenalty, Sampling, TensorSampler, generate_graph, prompt_checks
 from keras_tfam.utils import check_positive_int
 from pipelines.errors import notice
 from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
 from pipelines.run_lock import RunLock
+from pipelines.serving_warmup import write_warmup_requests
 
-_SCALARS = dict(
-    max_new_tokens=tf.TensorSpec([], tf.int32, name="max_new_tokens"),
-    temperature=tf.TensorSpec([], tf.float32, name="temperature"),
-    top_k=tf.TensorSpec([], tf.int32, name="top_k"),
-    top_p=tf.TensorSpec([], tf.float32, name="top_p"),
-    seed=tf.TensorSpec([], tf.int32, name="seed"),
+# The settings of a `generate` request: one per row, so that TF Serving's batcher can merge requests
+# by concatenating every input along its first axis.
+_ROW_SETTINGS = dict(
+    max_new_tokens=tf.TensorSpec([None], tf.int32, name="max_new_tokens"),
+    temperature=tf.TensorSpec([None], tf.float32, name="temperature"),
+    top_k=tf.TensorSpec([None], tf.int32, name="top_k"),
+    top_p=tf.TensorSpec([None], tf.float32, name="top_p"),
+    seed=tf.TensorSpec([None], tf.int32, name="seed"),
+    stop_token_ids=tf.TensorSpec([None, None], tf.int32, name="stop_token_ids"),
+    repetition_penalty=tf.TensorSpec([None], tf.float32, name="repetition_penalty"),
 )
 _GENERATE_SIGNATURE = [
     tf.TensorSpec([None, None], tf.int32, name="token_ids"),
     tf.TensorSpec([None], tf.int32, name="lengths"),
-    *_SCALARS.values(),
+    *_ROW_SETTINGS.values(),
 ]
 
 
@@ -136,13 +158,38 @@ class ServingFunctions:
         self.generate_trace = self.generate_function.get_concrete_function()
 
     def _length_checks(self, max_new_tokens):
-        """`max_new_tokens` in `[1, limit]`: checked before anything of that size is allocated."""
+        """Each row's `max_new_tokens` in `[1, limit]`: checked before anything of that size is allocated."""
         limit = self.max_new_tokens_limit
+        worst = tf.gather(max_new_tokens, tf.argmax(tf.abs(max_new_tokens - (1 + limit) // 2)))
         yield (
-            tf.logical_and(max_new_tokens >= 1, max_new_tokens <= limit),
+            tf.reduce_all(tf.logical_and(max_new_tokens >= 1, max_new_tokens <= limit)),
             f"`max_new_tokens` must be in [1, {limit}], the limit of this export (export with a larger "
             "--max-new-tokens-limit for more). Received: max_new_tokens={}",
-            [max_new_tokens],
+            [worst],
+        )
+
+    def _row_checks(self, rows, settings):
+        """Every setting has one value per prompt (`rows`), each stop id is in the vocabulary or negative (none),
+        each repetition penalty is a finite number > 0."""
+        for name, value in settings.items():
+            count = tf.shape(value)[0]
+            yield (
+                tf.equal(count, rows),
+                f"`{name}` must hold one value per prompt ({{}} prompts). Received: {{}} values.",
+                [rows, count],
+            )
+        vocabulary = self.model.vocabulary_size
+        stop = settings["stop_token_ids"]
+        yield (
+            tf.reduce_all(stop < vocabulary),
+            f"`stop_token_ids` must be token ids in [0, {vocabulary}), or negative for none. Received: {{}}",
+            [tf.reduce_max(stop)],
+        )
+        penalty = settings["repetition_penalty"]
+        yield (
+            tf.reduce_all(tf.logical_and(tf.math.is_finite(penalty), penalty > 0)),
+            "`repetition_penalty` must be a finite number > 0 (1 switches it off). Received: {}",
+            [tf.gather(penalty, tf.argmin(tf.where(tf.math.is_finite(penalty), penalty, -1.0)))],
         )
 
     def _id_checks(self, token_ids, lengths=None):
@@ -155,28 +202,59 @@ class ServingFunctions:
             logits = self.model(token_ids, training=False)
         return {"logits": tf.cast(logits[:, -1], tf.float32)}
 
-    def generate(self, token_ids, lengths, max_new_tokens, temperature, top_k, top_p, seed):
-        sampler = TensorSampler(temperature, top_k, top_p)
+    def generate(
+        self, token_ids, lengths, max_new_tokens, temperature, top_k, top_p, seed, stop_token_ids, repetition_penalty
+    ):
+        settings = dict(zip(_ROW_SETTINGS, (max_new_tokens, temperature, top_k, top_p, seed)))
+        settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
+        rows = tf.shape(token_ids)[0]
+        max_new_tokens = settings["max_new_tokens"]
+        sampler = TensorSampler(settings["temperature"], settings["top_k"], settings["top_p"])
         checks = prompt_checks(token_ids, lengths, max_new_tokens, self.model.vocabulary_size)
-        with asserting(self._length_checks(max_new_tokens)), asserting(checks), asserting(sampler.checks()):
-            generated = generate_graph(self.model, token_ids, lengths, max_new_tokens, Sampling(sampler), seed)
-        return {"token_ids": generated}
+        with asserting(self._row_checks(rows, settings)), asserting(self._length_checks(max_new_tokens)):
+            with asserting(checks), asserting(sampler.checks()):
+                outputs = generate_graph(
+                    self.model,
+                    token_ids,
+                    lengths,
+                    max_new_tokens,
+                    Sampling(sampler),
+                    settings["seed"],
+                    settings["stop_token_ids"],
+                    processors=(RepetitionPenalty(settings["repetition_penalty"]),),
+                    return_logprobs=True,
+                )
+                # Under the checks too: nothing of the requested size is allocated before they pass.
+                positions = lengths[:, None] + tf.range(tf.reduce_max(max_new_tokens))[None, :]
+                logprobs = tf.gather(outputs["logprobs"], positions, batch_dims=1)
+        return {"token_ids": outputs["token_ids"], "num_generated": outputs["num_generated"], "logprobs": logprobs}
 
-    def generate_text(self, prompts, max_new_tokens, temperature, top_k, top_p, seed):
-        with asserting(self._length_checks(max_new_tokens)):
-            return self._generate_text(prompts, max_new_tokens, temperature, top_k, top_p, seed)
+    def generate_text(
+        self, prompts, max_new_tokens, temperature, top_k, top_p, seed, stop_token_ids, repetition_penalty
+    ):
+        settings = dict(zip(_ROW_SETTINGS, (max_new_tokens, temperature, top_k, top_p, seed)))
+        settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
+        with asserting(self._length_checks(settings["max_new_tokens"])):
+            return self._generate_text(prompts, **settings)
 
-    def _generate_text(self, prompts, max_new_tokens, temperature, top_k, top_p, seed):
+    def _generate_text(self, prompts, **settings):
         tokenizer = self.tokenizer
         ids = tokenizer.tokenize_prompt(prompts)
-        start = tf.fill([ids.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32))
+        rows = ids.nrows(out_type=tf.int32)
+        start = tf.fill([rows, 1], tf.constant(tokenizer.eos_id, tf.int32))
         ids = tf.concat([tf.RaggedTensor.from_tensor(start), tf.cast(ids, tf.int32)], axis=1)
         lengths = tf.cast(ids.row_lengths(), tf.int32)
-        generated = self.generate_trace(ids.to_tensor(), lengths, max_new_tokens, temperature, top_k, top_p, seed)
-        new_tokens = tf.RaggedTensor.from_tensor(
-            tf.gather(generated["token_ids"], lengths[:, None] + tf.range(max_new_tokens)[None, :], batch_dims=1)
-        )
-        return {"completions": tokenizer.detokenize(new_tokens)}
+        # Each row also stops at the end token, which is never detokenized.
+        end = tf.fill([rows, 1], tf.constant(tokenizer.eos_id, tf.int32))
+        settings = dict(settings, stop_token_ids=tf.concat([end, settings["stop_token_ids"]], axis=1))
+        generated = self.generate_trace(ids.to_tensor(), lengths, *(settings[name] for name in _ROW_SETTINGS))
+        positions = lengths[:, None] + tf.range(tf.reduce_max(settings["max_new_tokens"]))[None, :]
+        new_tokens = tf.gather(generated["token_ids"], positions, batch_dims=1)
+        count = generated["num_generated"]
+        last = tf.gather(new_tokens, tf.maximum(count - 1, 0), batch_dims=1)
+        kept = count - tf.cast(tf.logical_and(count > 0, tf.equal(last, tokenizer.eos_id)), tf.int32)
+        completions = tokenizer.detokenize(tf.RaggedTensor.from_tensor(new_tokens, lengths=kept))
+        return {"completions": completions, "num_generated": count}
 
 
 def ensure_built(model):
@@ -206,7 +284,7 @@ def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None):
     if text_signature and tokenizer is not None:
         signatures["generate_text"] = tf.function(
             functions.generate_text,
-            input_signature=[tf.TensorSpec([None], tf.string, name="prompts"), *_SCALARS.values()],
+            input_signature=[tf.TensorSpec([None], tf.string, name="prompts"), *_ROW_SETTINGS.values()],
             autograph=False,
         ).get_concrete_function()
         # The tokenizer's lookup tables, which the text signature reads (as Keras' `ExportArchive` tracks them).
@@ -293,9 +371,10 @@ def _readable_by_all(path):
 
 
 def save_archive(archive, path):
-    """Writes `archive`, `(root, signatures)`, as a SavedModel at `path`."""
+    """Writes `archive`, `(root, signatures)`, as a SavedModel at `path`, with TF Serving warmup requests."""
     root, signatures = archive
     tf.saved_model.save(root, path, signatures=signatures)
+    write_warmup_requests(path, sorted(signatures))
 
 
 def _write_version(archive, target, extra_files=None):

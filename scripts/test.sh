@@ -30,12 +30,13 @@ second_lane_log=$(mktemp)
     -m training
   training=$?
   echo "== the layer and decoding-model harnesses and the losses on PyTorch"
-  # The layer harness, the decoding models, 16-bit caches, samplers, losses and quantize, eagerly (Keras' default
+  # The layer harness, the decoding models, 16-bit caches, samplers, logits processors, losses and quantize, eagerly (Keras' default
   # on PyTorch). One OpenMP thread: these small tensors gain nothing from a second, which only spins.
   OMP_NUM_THREADS=1 KERAS_BACKEND=torch .venv/bin/python -m pytest -q -p no:xdist -m "not training" \
     -k "Harness or test_decoding_models or test_token_cross_entropy or test_quantize_frees or test_samplers \
-    or test_half_precision_cache" tests/layers \
-    tests/models/test_decoding_models.py tests/generation/test_samplers.py tests/losses
+    or test_half_precision_cache or test_processors" tests/layers \
+    tests/models/test_decoding_models.py tests/generation/test_samplers.py tests/generation/test_processors.py \
+    tests/generation/test_processors_vs_transformers.py tests/losses
   torch=$?
   exit $(( training != 0 || torch != 0 ))
 ) > "$second_lane_log" 2>&1 &

@@ -11,7 +11,7 @@ from backend import BACKEND, compiled
 from keras_tfam.engine import PLAIN, Engine, current_engine, xla_cpu
 from keras_tfam.engine.xla_cpu import XLA_CPU, columns_product, one_row_by_rows, rows_product
 from keras_tfam.generation import Generator, with_dtype
-from keras_tfam.generation.generator import resolve_engine
+from keras_tfam.generation.requests import resolve_engine
 from keras_tfam.layers import Dense
 from keras_tfam.layers.attention.caches import KeyValueCache
 from keras_tfam.models import GPT2LM

@@ -33,6 +33,7 @@ import keras
 from keras import ops
 
 from keras_tfam.engine import current_engine
+from keras_tfam.generation.processors import DecodeContext, apply_processors, ends_stop_sequence
 from keras_tfam.generation.samplers import step_key
 
 MODES = ("full", "ring", "re-encode")
@@ -101,7 +102,19 @@ def decoding_variables(model):
 
 
 def decode(
-    model, tokens, prompt_lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id, plan, cache_inputs=None
+    model,
+    tokens,
+    prompt_lengths,
+    max_new_tokens,
+    search,
+    seed,
+    stop_token_ids,
+    pad_token_id,
+    plan,
+    cache_inputs=None,
+    processors=(),
+    stop_sequences=None,
+    logprobs=False,
 ):
     """Fills `tokens` position by position after each row's prompt.
 
@@ -111,110 +124,223 @@ def decode(
         tokens: `(B, L)` int32; row `b` holds its prompt in
             `[0, prompt_lengths[b])`, `pad_token_id` after it.
         prompt_lengths: `(B,)` int32, each at least 1.
-        max_new_tokens: scalar; row `b` gets at most this many new tokens.
+        max_new_tokens: scalar, or `(B,)` per row; row `b` gets at most
+            this many new tokens.
         search: a `Sampling` or `BeamSearch` strategy.
-        seed: scalar int32; step `i` draws with `step_key(seed, i)`.
-        stop_token_ids: `(S,)` int32; a row that chooses one of them keeps it
-            and is padded from then on.
+        seed: scalar int32, or `(B,)` per row; step `i` draws with
+            `step_key(seed, i)`.
+        stop_token_ids: `(S,)` int32, or `(B, S)` per row (negative ids are
+            none); a row that chooses one of them keeps it and is padded
+            from then on.
         pad_token_id: fills rows that stopped and positions never generated.
         plan: the `DecodePlan`.
         cache_inputs: dict of `(B, ...)` tensors for `model.init_cache`
             (e.g. the source of an encoder-decoder model).
+        processors: `LogitsProcessor`s applied to each step's logits.
+        stop_sequences: `(N, S)` int32 table (`processors.stop_sequence_table`)
+            or `None`: a row whose generated tokens end with one stops.
+        logprobs: also return each chosen token's log-probability under the
+            model's logits (before processors).
 
     Returns:
-        `(B, L)` int32: prompts followed by the generated tokens (each
-        prompt's best hypothesis under beam search).
+        A dict: `token_ids` `(B, L)` int32, the prompts followed by the
+        generated tokens (each prompt's best hypothesis under beam search);
+        `num_generated` `(B,)` int32 (a stop token counted); with `logprobs`,
+        `logprobs` `(B, L)` float32 at the generated positions, 0 elsewhere.
     """
-    beams = search.beam_size
-    tokens = ops.cast(tokens, "int32")
-    prompt_lengths = ops.cast(prompt_lengths, "int32")
-    batch = ops.shape(tokens)[0]
-    if beams > 1:
-        tokens, prompt_lengths = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt_lengths))
-        cache_inputs = {k: ops.repeat(v, beams, axis=0) for k, v in (cache_inputs or {}).items()}
-    rows, buffer_length = ops.shape(tokens)[0], ops.shape(tokens)[1]
-    limits = prompt_lengths + ops.cast(max_new_tokens, "int32")
-    stop_token_ids = ops.cast(stop_token_ids, "int32")
-    seed = ops.cast(seed, "int32")
-    window = plan.window
-    ring_options = {"window": window} if plan.mode == "ring" else {}
+    loop = DecodingLoop(model, search, pad_token_id, plan, processors, stop_sequences, logprobs)
+    state = loop.start(tokens, prompt_lengths, max_new_tokens, seed, stop_token_ids, cache_inputs)
+    return loop.finish(loop.run(state))
 
-    def cached_step(tokens, cache, index):
+
+def per_row_setting(value, rows, dtype):
+    """A scalar or `(B,)` setting as `(rows,)`, each prompt's value repeated for its beams."""
+    value = ops.cast(value, dtype)
+    if len(value.shape) == 0:
+        return ops.full((rows,), value, dtype)
+    return ops.repeat(value, rows // ops.shape(value)[0], axis=0) if isinstance(rows, int) else value
+
+
+class DecodingLoop:
+    """The decoding loop in three parts: `start` (the prefill) returns the loop's state, `run` advances it (to
+    a position, or to the end), `finish` turns it into the outputs. A state is a flat dict of tensors, so
+    it can leave a compiled function and come back (streaming, resumable serving).
+
+    Args:
+        model, search, pad_token_id, plan, processors, stop_sequences, logprobs: as for `decode`.
+    """
+
+    def __init__(self, model, search, pad_token_id, plan, processors=(), stop_sequences=None, logprobs=False):
+        self.model, self.search, self.pad_token_id, self.plan = model, search, pad_token_id, plan
+        self.processors, self.stop_sequences, self.logprobs = tuple(processors), stop_sequences, logprobs
+
+    def start(self, tokens, prompt_lengths, max_new_tokens, seed, stop_token_ids, cache_inputs=None):
+        """The state after the prefill: every position below the shortest prompt is in the caches."""
+        model, plan, beams = self.model, self.plan, self.search.beam_size
+        tokens = ops.cast(tokens, "int32")
+        prompt_lengths = ops.cast(prompt_lengths, "int32")
+        batch = ops.shape(tokens)[0]
+        stop_token_ids = ops.cast(stop_token_ids, "int32")
+        seed = ops.convert_to_tensor(seed, "int32")
+        if beams > 1:
+            tokens, prompt_lengths = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt_lengths))
+            cache_inputs = {k: ops.repeat(v, beams, axis=0) for k, v in (cache_inputs or {}).items()}
+            if len(stop_token_ids.shape) == 2:
+                stop_token_ids = ops.repeat(stop_token_ids, beams, axis=0)
+        rows, buffer_length = ops.shape(tokens)[0], ops.shape(tokens)[1]
+        window = plan.window
+        ring_options = {"window": window} if plan.mode == "ring" else {}
+        if plan.mode == "re-encode":
+            cache_length = window if isinstance(buffer_length, int) else ops.minimum(buffer_length, window)
+        else:
+            cache_length = (list(plan.segment_ends) + [buffer_length])[0] if plan.mode == "full" else buffer_length
+        cache = model.init_cache(rows, cache_length, **ring_options, **(cache_inputs or {}))
+        shortest = ops.min(prompt_lengths)
+        prefill = plan.prefill_length
+        if prefill is None:
+            prefill = shortest - 1
+            if plan.mode == "re-encode":
+                prefill = ops.where(shortest <= window, prefill, 0)
+
+            def run_prefill():
+                return model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options).cache
+
+            cache = ops.cond(prefill > 0, run_prefill, lambda: cache)
+        elif prefill > 0:
+            cache = model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options).cache
+        # Positions below the shortest prompt are prompt in every row. (When re-encoding from the start, the
+        # cached segment is skipped.)
+        state = {
+            "index": ops.cast(shortest, "int32"),
+            "token_ids": tokens,
+            "cache": cache,
+            "done": ops.zeros((rows,), "bool"),
+            "search": self.search.init_state(batch),
+            "num_generated": ops.zeros((rows,), "int32"),
+            "prompt_lengths": prompt_lengths,
+            "limits": prompt_lengths + per_row_setting(max_new_tokens, rows, "int32"),
+            "seed": per_row_setting(seed, rows, "int32") if len(seed.shape) else seed,
+            "stop_token_ids": stop_token_ids,
+            "cache_inputs": dict(cache_inputs or {}),
+        }
+        if self.logprobs:
+            state["logprobs"] = ops.zeros((rows, buffer_length), "float32")
+        return state
+
+    def _step(self, state, index, reencode):
+        """`(logits (R, V), cache)` for position `index` from the tokens before it."""
+        model, plan, tokens, cache = self.model, self.plan, state["token_ids"], state["cache"]
+        rows = ops.shape(tokens)[0]
+        if reencode:
+            window = plan.window
+            recent = ops.slice(tokens, (0, index - window), (rows, window))
+            step = model.call_with_cache(recent, model.init_cache(rows, window, **state["cache_inputs"]), 0)
+            return step.logits[:, -1], cache
         previous = ops.slice(tokens, (0, index - 1), (rows, 1))
-        options = dict(ring_options)
+        options = {"window": plan.window} if plan.mode == "ring" else {}
         if model.reads_prompt_rows:
-            options["prompt_rows"] = index - 1 < prompt_lengths  # the token fed is a prompt token
+            options["prompt_rows"] = index - 1 < state["prompt_lengths"]  # the token fed is a prompt token
         step = model.call_with_cache(previous, cache, index - 1, **options)
         return step.logits[:, -1], step.cache
 
-    def reencode_step(tokens, cache, index):
-        recent = ops.slice(tokens, (0, index - window), (rows, window))
-        step = model.call_with_cache(recent, model.init_cache(rows, window, **(cache_inputs or {})), 0)
-        return step.logits[:, -1], cache
-
-    # Segments of the loop: (end, step) pairs, and the cache each starts with.
-    if plan.mode == "full":
-        ends = list(plan.segment_ends) + [buffer_length]
-        cache_length = ends[0]
-        segments = [(end, cached_step) for end in ends]
-    elif plan.mode == "ring":
-        cache_length = buffer_length
-        segments = [(buffer_length, cached_step)]
-    else:
-        cache_length = window if isinstance(buffer_length, int) else ops.minimum(buffer_length, window)
-        segments = [(window + 1, cached_step), (buffer_length, reencode_step)]
-    cache = model.init_cache(rows, cache_length, **ring_options, **(cache_inputs or {}))
-
-    shortest = ops.min(prompt_lengths)
-    prefill = plan.prefill_length
-    if prefill is None:
-        prefill = shortest - 1
-        if plan.mode == "re-encode":
-            prefill = ops.where(shortest <= window, prefill, 0)
-
-        def run_prefill():
-            return model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options).cache
-
-        cache = ops.cond(prefill > 0, run_prefill, lambda: cache)
-    elif prefill > 0:
-        cache = model.call_with_cache(tokens[:, :prefill], cache, 0, **ring_options).cache
-    # Positions below the shortest prompt are prompt in every row. (When
-    # re-encoding from the start, the cached segment is skipped.)
-    index = shortest
-
-    def unfinished(index, done):
-        return ops.logical_and(ops.logical_not(done), index < limits)
-
-    def make_body(step):
-        def body(index, tokens, cache, done, state):
-            logits, cache = step(tokens, cache, index)
-            in_prompt = index < prompt_lengths
-            active = ops.logical_and(ops.logical_not(in_prompt), unfinished(index, done))
-            chosen, origin, done, state = search.select(
-                logits, step_key(seed, index), in_prompt, active, done, state, stop_token_ids, pad_token_id
-            )
+    def _body(self, state, reencode):
+        search, pad_token_id = self.search, self.pad_token_id
+        index, tokens, done = state["index"], state["token_ids"], state["done"]
+        prompt_lengths, rows = state["prompt_lengths"], ops.shape(tokens)[0]
+        logits, cache = self._step(state, index, reencode)
+        raw = ops.cast(logits, "float32")
+        steered = apply_processors(self.processors, raw, DecodeContext(tokens, index, prompt_lengths))
+        in_prompt = index < prompt_lengths
+        unfinished = ops.logical_and(ops.logical_not(done), index < state["limits"])
+        active = ops.logical_and(ops.logical_not(in_prompt), unfinished)
+        chosen, origin, done, search_state = search.select(
+            steered,
+            step_key(state["seed"], index),
+            in_prompt,
+            active,
+            done,
+            state["search"],
+            state["stop_token_ids"],
+            pad_token_id,
+        )
+        state = dict(state, cache=cache, done=done, search=search_state)
+        generated = active
+        if origin is not None:
+            generated = ops.take(active, origin, axis=0)
+            reordered = ("token_ids", "num_generated", "logprobs") if self.logprobs else ("token_ids", "num_generated")
+            state.update({name: ops.take(state[name], origin, axis=0) for name in reordered})
+            state["cache"] = keras.tree.map_structure(lambda c: ops.take(c, origin, axis=0), cache)
+        tokens = state["token_ids"]
+        current = ops.slice(tokens, (0, index), (rows, 1))[:, 0]
+        tokens = ops.slice_update(tokens, (0, index), ops.where(in_prompt, current, chosen)[:, None])
+        if self.stop_sequences is not None:
+            ended = ends_stop_sequence(tokens, index, prompt_lengths, self.stop_sequences)
+            state["done"] = ops.logical_or(state["done"], ops.logical_and(generated, ended))
+        if self.logprobs:
+            scores = ops.log_softmax(raw, axis=-1)
             if origin is not None:
-                tokens = ops.take(tokens, origin, axis=0)
-                cache = keras.tree.map_structure(lambda c: ops.take(c, origin, axis=0), cache)
-            current = ops.slice(tokens, (0, index), (rows, 1))[:, 0]
-            column = ops.where(in_prompt, current, chosen)
-            tokens = ops.slice_update(tokens, (0, index), column[:, None])
-            return index + 1, tokens, cache, done, state
+                scores = ops.take(scores, origin, axis=0)
+            chosen_scores = ops.take_along_axis(scores, ops.maximum(chosen, 0)[:, None], axis=1)[:, 0]
+            column = ops.where(generated, chosen_scores, 0.0)
+            state["logprobs"] = ops.slice_update(state["logprobs"], (0, index), column[:, None])
+        state["num_generated"] = state["num_generated"] + ops.cast(generated, "int32")
+        state["token_ids"] = tokens
+        state["index"] = index + 1
+        return state
 
-        return body
+    def run(self, state, until=None):
+        """The state advanced to position `until` (exclusive), or until every row is done.
 
-    done = ops.zeros((rows,), "bool")
-    state = search.init_state(batch)
-    # The entered engine may prepare loop invariants here, once, outside the loop.
-    with current_engine().loop():
-        for i, (end, step) in enumerate(segments):
-            if i and plan.mode == "full":
-                cache = model.resize_cache(cache, end)
+        A state with `until` keeps its caches' shapes, so a plan that grows its caches (`segment_ends`)
+        runs to the end only.
+        """
+        plan = self.plan
+        buffer_length = ops.shape(state["token_ids"])[1]
+        if plan.mode == "full":
+            segments = [(end, False) for end in list(plan.segment_ends) + [buffer_length]]
+        elif plan.mode == "ring":
+            segments = [(buffer_length, False)]
+        else:
+            segments = [(plan.window + 1, False), (buffer_length, True)]
+        if until is not None and len(segments) > 1 and plan.mode == "full":
+            raise ValueError("A decoding plan that grows its caches runs to the end only (no `until`).")
+        # Values that stay the same through the loop travel outside its variables.
+        constant = {name: state[name] for name in ("prompt_lengths", "limits", "seed", "stop_token_ids")}
+        constant["cache_inputs"] = state["cache_inputs"]
+        names = [name for name in state if name not in constant]
+        with current_engine().loop():
+            for i, (end, reencode) in enumerate(segments):
+                if i and plan.mode == "full":
+                    state = dict(state, cache=self.model.resize_cache(state["cache"], end))
+                bound = end if until is None else ops.minimum(end, until)
 
-            def cond(index, tokens, cache, done, state, end=end):
-                live = ops.logical_and(index < end, index < buffer_length)
-                return ops.logical_and(live, ops.any(unfinished(index, done)))
+                def cond(*values, bound=bound):
+                    current = dict(zip(names, values))
+                    index = current["index"]
+                    unfinished = ops.logical_and(ops.logical_not(current["done"]), index < constant["limits"])
+                    live = ops.logical_and(index < bound, index < buffer_length)
+                    return ops.logical_and(live, ops.any(unfinished))
 
-            loop_vars = (index, tokens, cache, done, state)
-            index, tokens, cache, done, state = ops.while_loop(cond, make_body(step), loop_vars)
-    return search.finalize(tokens, state)
+                def body(*values, reencode=reencode):
+                    updated = self._body(dict(constant, **dict(zip(names, values))), reencode)
+                    return tuple(updated[name] for name in names)
+
+                values = ops.while_loop(cond, body, tuple(state[name] for name in names))
+                state = dict(constant, **dict(zip(names, values)))
+        return state
+
+    def finished(self, state):
+        """Scalar bool: whether every row is done or at its limit (nothing more to generate)."""
+        unfinished = ops.logical_and(ops.logical_not(state["done"]), state["index"] < state["limits"])
+        live = state["index"] < ops.shape(state["token_ids"])[1]
+        return ops.logical_not(ops.logical_and(live, ops.any(unfinished)))
+
+    def finish(self, state):
+        """The outputs of `decode` from a state."""
+        rows = self.search.best_rows(state["search"])
+        outputs = {"token_ids": state["token_ids"], "num_generated": state["num_generated"]}
+        if self.logprobs:
+            outputs["logprobs"] = state["logprobs"]
+        if rows is not None:
+            outputs = {name: ops.take(value, rows, axis=0) for name, value in outputs.items()}
+        return outputs

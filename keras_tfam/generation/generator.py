@@ -4,87 +4,21 @@ Models get `generate` from `GenerationMixin`.
 """
 
 import collections
+import dataclasses
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_tfam.engine import PLAIN, Engine
-from keras_tfam.generation.decoding import decode, decoding_variables, plan_decoding
-from keras_tfam.generation.prompts import as_padded_prompts, pack_prompts, prompt_checks, raise_failed_checks
+from keras_tfam.engine import PLAIN
+from keras_tfam.generation.decoding import DecodingLoop, decoding_variables
+from keras_tfam.generation.prompts import pack_prompts
 from keras_tfam.generation.protocol import DecodingModel, check_protocol
-from keras_tfam.generation.search import get_search
-from keras_tfam.utils import check_positive_int, is_integer, static_dim
+from keras_tfam.generation.requests import prepare_request
+from keras_tfam.utils import check_positive_int, static_dim
 
-OVERFLOWS = ("slide", "error")
-ENGINES = ("auto", "plain")
 # Compiled decoding loops a generator keeps (the least recently used goes first).
 MAX_COMPILED_LOOPS = 8
-
-
-def length_bucket(max_new_tokens):
-    """`max_new_tokens` rounded up to one of four steps per octave (16, 20, 24, 28, 32, 40, ...).
-
-    The buffer of a compiled loop has the bucket's width and the loop stops
-    at the request's own length, so requests of nearby lengths share one
-    compiled loop, for at most 25% more buffer (and no more steps).
-    """
-    if max_new_tokens <= 16:
-        return max_new_tokens
-    step = 1 << (max_new_tokens.bit_length() - 3)
-    return -(-max_new_tokens // step) * step
-
-
-def output_vocabulary_size(model):
-    """The vocabulary of the ids a model generates (and reads as a prompt)."""
-    return model.output_vocabulary_size or model.vocabulary_size
-
-
-def resolve_window(model, window=None, overflow="slide", prompt_length=None, max_new_tokens=None):
-    """The context each step may see: `window`, else the model's `max_length`, or `None`.
-
-    Raises a `ValueError` for a window longer than the model's context (it
-    would attend over untrained distances), and, with `overflow="error"`,
-    for a request that does not fit in the context.
-    """
-    if overflow not in OVERFLOWS:
-        raise ValueError(f"`overflow` must be one of {OVERFLOWS}. Received: overflow={overflow!r}")
-    limit = model.max_length
-    if window is not None:
-        check_positive_int("window", window)
-        if limit is not None and window > limit:
-            raise ValueError(
-                f"`window` cannot exceed the {limit} positions the model was trained on (max_length): it would "
-                f"attend over untrained distances. Received: window={window}"
-            )
-    window = window or limit
-    if window is None or prompt_length is None:
-        return window
-    total = prompt_length + max_new_tokens
-    if total > window and overflow == "error":
-        raise ValueError(
-            f"Prompt length {prompt_length} + max_new_tokens {max_new_tokens} = {total} exceeds the model's "
-            f"context of {window} positions (max_length={limit}). Use overflow='slide' to keep generating with "
-            f"a sliding window of the last {window} tokens."
-        )
-    return window
-
-
-def resolve_engine(engine="auto"):
-    """The engine a decoding call enters (`keras_tfam.engine`): an `Engine` as it is, `"plain"` (Keras' own
-    computation), or `"auto"`: the XLA-CPU engine on TensorFlow and JAX when every device is a CPU, else plain.
-    """
-    if isinstance(engine, Engine):
-        return engine
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise ValueError(
-            f"`engine` must be one of {ENGINES} or a keras_tfam.engine.Engine. Received: engine={engine!r}"
-        )
-    if engine == "auto":
-        from keras_tfam.engine.xla_cpu import XLA_CPU
-
-        return XLA_CPU if XLA_CPU.runs_here() else PLAIN
-    return PLAIN
 
 
 def compile_function(fn, model, jit_compile=True, engine=PLAIN):
@@ -170,6 +104,17 @@ class Generator:
         jit_compile=True,
         cache_inputs=None,
         engine="auto",
+        repetition_penalty=None,
+        no_repeat_ngram_size=None,
+        min_new_tokens=None,
+        suppress_token_ids=None,
+        logit_bias=None,
+        presence_penalty=None,
+        frequency_penalty=None,
+        min_p=None,
+        stop_sequences=None,
+        logits_processor=None,
+        return_logprobs=False,
     ):
         """Generates up to `max_new_tokens` tokens after each prompt.
 
@@ -199,92 +144,145 @@ class Generator:
                 (`keras_tfam.engine`): `"auto"` (the XLA-CPU engine on
                 TensorFlow and JAX when every device is a CPU, else plain),
                 `"plain"` (Keras' own computation) or an `Engine`.
+            repetition_penalty: divides a positive logit (multiplies a
+                negative one) of every id in the prompt or generated so far
+                (Keskar et al. 2019; transformers' option); 1 is off.
+            no_repeat_ngram_size: no n-gram of this size occurs twice in a
+                row (prompt included).
+            min_new_tokens: the stop ids are banned until a row has this many
+                new tokens (stop sequences are not).
+            suppress_token_ids: ids never generated.
+            logit_bias: `{token id: bias}` added to the logits.
+            presence_penalty, frequency_penalty: OpenAI's, over the generated
+                tokens: each id's logit less `count * frequency_penalty +
+                (count > 0) * presence_penalty`.
+            min_p: with a sampler, drops tokens less likely than `min_p` times
+                the most likely one (after temperature, top-k and top-p).
+            stop_sequences: lists of token ids; a row ends after the token that
+                completes the first one among its generated tokens (kept, then
+                padding).
+            logits_processor: a `LogitsProcessor` or a list, applied after the
+                options above: a hook that sees the tokens so far.
+            return_logprobs: return a dict (below) instead of the array.
+
+        The processors run in transformers' order (`processors.py`) on every
+        step's logits; under beam search the hypotheses are ranked by the
+        log-softmax of the processed logits.
 
         Returns:
             `(B, T + max_new_tokens)` int32 NumPy array: each prompt, then its
             new tokens, then padding (a shorter prompt's row is padded at the
-            end).
+            end). With `return_logprobs`, a dict of NumPy arrays: `token_ids`
+            (that array), `logprobs` `(B, max_new_tokens)` float32, the
+            log-probability of each new token under the model's own
+            distribution (the log-softmax of its logits before processors and
+            temperature), 0 after a row stopped, and `num_generated` `(B,)`
+            int32, the new tokens of each row (its stop token counted).
         """
-        model = self.model
-        engine = resolve_engine(engine)
-        search = get_search(sampler, beam_size, length_penalty)
-        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
-        vocabulary = output_vocabulary_size(model)
-        pad_token_id = check_token_id("pad_token_id", pad_token_id, vocabulary)
-        if stop_token_ids is None or is_integer(stop_token_ids):  # one id, or none
-            stop_token_ids = [] if stop_token_ids is None else [stop_token_ids]
-        if not isinstance(stop_token_ids, (list, tuple, np.ndarray)):
-            raise ValueError(
-                f"`stop_token_ids` must be a token id or a list of them. Received: stop_token_ids={stop_token_ids!r}"
-            )
-        stop = np.asarray(
-            [check_token_id("stop_token_ids", i, vocabulary) for i in np.asarray(stop_token_ids, object).reshape(-1)],
-            np.int32,
-        )
-        padded, lengths = as_padded_prompts(token_ids, pad_token_id)
-        if len(lengths) * search.beam_size >= 2**31:
-            raise ValueError(
-                f"`beam_size` times the number of prompts ({len(lengths)}) must be below 2**31 (the rows are int32 "
-                f"indices). Received: beam_size={search.beam_size}"
-            )
-        if padded.shape[1] + length_bucket(max_new_tokens) >= 2**31:
-            raise ValueError(
-                f"`max_new_tokens` plus the prompt length ({padded.shape[1]}) must fit the int32 positions "
-                f"(below 2**31). Received: max_new_tokens={max_new_tokens}"
-            )
-        raise_failed_checks(prompt_checks(padded, lengths, max_new_tokens, vocabulary))
-        window = resolve_window(model, window, overflow, padded.shape[1], max_new_tokens)
-        bucket = length_bucket(max_new_tokens)
-        plan = plan_decoding(model, padded.shape[1] + bucket, int(lengths.min()), window)
-        if seed is None:
-            seed = int(np.random.randint(0, 2**31 - 1))
-        if not is_integer(seed):
-            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
-        seed = np.asarray(int(seed) % 2**32, np.uint32).astype(np.int32)  # any int, as 32 bits
-        names = tuple(sorted(cache_inputs or {}))
-        values = [np.asarray(cache_inputs[name]) for name in names]
-        for name, value in zip(names, values):
-            if value.ndim == 0 or value.shape[0] != len(lengths):
-                raise ValueError(
-                    f"`cache_inputs[{name!r}]` must have one row per prompt ({len(lengths)}). "
-                    f"Received: shape={value.shape}"
-                )
-        function = self._function(search, plan, bucket, pad_token_id, jit_compile, names, engine)
-        tokens = function(padded, lengths, np.asarray(max_new_tokens, np.int32), seed, stop, *values)
-        return ops.convert_to_numpy(tokens)[:, : padded.shape[1] + max_new_tokens]
+        request = prepare_request(self.model, **{name: value for name, value in locals().items() if name != "self"})
+        function = self._function(request)
+        outputs = function(*request.arguments())
+        width = request.padded.shape[1] + request.max_new_tokens
+        tokens = ops.convert_to_numpy(outputs["token_ids"])[:, :width]
+        if not return_logprobs:
+            return tokens
+        positions = request.lengths[:, None] + np.arange(request.max_new_tokens)[None, :]
+        return {
+            "token_ids": tokens,
+            "logprobs": np.take_along_axis(ops.convert_to_numpy(outputs["logprobs"]), positions, axis=1),
+            "num_generated": ops.convert_to_numpy(outputs["num_generated"]).astype(np.int32),
+        }
 
-    def _function(self, search, plan, width, pad_token_id, jit_compile, names, engine):
-        """The compiled loop over a buffer of `width` new positions (kept: the last `MAX_COMPILED_LOOPS` used).
+    def stream(self, token_ids, max_new_tokens, chunk_size=16, **options):
+        """Yields the new tokens as the compiled loop produces them: `(B, n)` int32 NumPy arrays, `n` at most
+        `chunk_size`, row `b`'s next new tokens (padding after it stopped).
+
+        The chunks concatenated are the new tokens of `generate` with the same
+        arguments (greedy and seeded sampling alike); the stream ends when
+        every row has stopped or has `max_new_tokens`. Options as for
+        `generate`, but for `beam_size` (the best hypothesis is known at the
+        end only) and `return_logprobs`.
+
+        Examples:
+            >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+            >>> chunks = list(model.stream([[5, 7]], max_new_tokens=10, chunk_size=4))
+            >>> [chunk.shape for chunk in chunks]
+            [(1, 4), (1, 4), (1, 2)]
+        """
+        chunk_size = check_positive_int("chunk_size", chunk_size)
+        for name in ("beam_size", "return_logprobs"):
+            if options.get(name) not in (None, 1, False):
+                raise ValueError(f"`stream` yields tokens as they come: it takes no `{name}`. Received: {options}")
+        request = prepare_request(self.model, token_ids, max_new_tokens, **options)
+        request = dataclasses.replace(request, plan=dataclasses.replace(request.plan, segment_ends=()))
+        start, advance = self._function(request, streaming=True)
+        longest = int(request.lengths.max())
+        state, sent = None, 0
+        while sent < request.max_new_tokens:
+            until = np.asarray(longest + min(sent + chunk_size, request.max_new_tokens), np.int32)
+            if state is None:
+                state = start(*request.arguments(), until)
+            else:
+                state = advance(state, until)
+            tokens = ops.convert_to_numpy(state["token_ids"])
+            count = min(chunk_size, request.max_new_tokens - sent)
+            positions = request.lengths[:, None] + sent + np.arange(count)[None, :]
+            yield np.take_along_axis(tokens, positions, axis=1)
+            sent += count
+            if bool(ops.convert_to_numpy(state["finished"])):
+                return
+
+    def _function(self, request, streaming=False):
+        """The compiled loop of a request (kept: the last `MAX_COMPILED_LOOPS` used); with `streaming`, the pair
+        `(start, advance)` of compiled functions that run it in parts.
 
         Keyed by the model's variables too: a loop traced before `quantize`
         or `enable_lora` changed them would compute with the old weights.
         """
-        key = (search.cache_key(), plan, width, pad_token_id, jit_compile, names, engine, weights_form(self.model))
+        model, search, engine, steering, width = self.model, request.search, request.engine, request.steering, None
+        width = request.bucket
+        key = (search.cache_key(), request.plan, width, request.pad_token_id, request.jit_compile, request.names)
+        key += (engine, weights_form(model), steering.cache_key(), streaming)
         if key in self._functions:
             self._functions.move_to_end(key)
+            return self._functions[key][-1]
+        loop = DecodingLoop(
+            model, search, request.pad_token_id, request.plan, steering.processors, steering.stop_sequences,
+            steering.logprobs,
+        )  # fmt: skip
+
+        def decoding():
+            return engine.decoding(decoding_variables(model), request.padded.shape[0] * search.beam_size)
+
+        def start(token_ids, lengths, max_new_tokens, seed, stop_token_ids, *values, until=None):
+            tokens = pack_prompts(token_ids, lengths, width, request.pad_token_id)
+            with decoding():
+                state = loop.start(
+                    tokens, lengths, max_new_tokens, seed, stop_token_ids, dict(zip(request.names, values))
+                )
+                state = loop.run(state, until)
+            return state if streaming else loop.finish(state)
+
+        def start_streaming(*arguments):
+            state = start(*arguments[:-1], until=arguments[-1])
+            return dict(state, finished=loop.finished(state))
+
+        def advance(state, until):
+            state = {name: value for name, value in state.items() if name != "finished"}
+            with decoding():
+                state = loop.run(state, until)
+            return dict(state, finished=loop.finished(state))
+
+        if streaming:
+            compiled = tuple(
+                compile_function(f, model, request.jit_compile, engine) for f in (start_streaming, advance)
+            )
         else:
-
-            def generate_fn(token_ids, lengths, max_new_tokens, seed, stop_token_ids, *values):
-                tokens = pack_prompts(token_ids, lengths, width, pad_token_id)
-                with engine.decoding(decoding_variables(self.model), loop_rows(token_ids, search)):
-                    return decode(
-                        self.model,
-                        tokens,
-                        lengths,
-                        max_new_tokens,
-                        search,
-                        seed,
-                        stop_token_ids,
-                        pad_token_id,
-                        plan,
-                        dict(zip(names, values)),
-                    )
-
-            compiled = compile_function(generate_fn, self.model, jit_compile, engine)
-            self._functions[key] = (search, compiled)
-            while len(self._functions) > MAX_COMPILED_LOOPS:
-                self._functions.popitem(last=False)
-        return self._functions[key][1]
+            compiled = compile_function(start, model, request.jit_compile, engine)
+        self._functions[key] = (search, steering, compiled)
+        while len(self._functions) > MAX_COMPILED_LOOPS:
+            self._functions.popitem(last=False)
+        return compiled
 
 
 def loop_rows(token_ids, search):
@@ -299,86 +297,6 @@ def weights_form(model):
     (A cached loop holds its variables, so their ids are not reused while it is kept.)
     """
     return tuple(id(variable) for variable in getattr(model, "variables", ()))
-
-
-def check_token_id(name, value, vocabulary_size):
-    """`value` as a Python int; a `ValueError` naming `name` unless it is an integer id in `[0, vocabulary_size)`."""
-    if not is_integer(value) or not 0 <= value < vocabulary_size:
-        shown = value.item() if isinstance(value, np.generic) else value
-        raise ValueError(
-            f"`{name}` must hold token ids in [0, {vocabulary_size}) (the model's vocabulary). "
-            f"Received: {name}={shown!r}"
-        )
-    return int(value)
-
-
-def generate_graph(
-    model,
-    token_ids,
-    lengths,
-    max_new_tokens,
-    search,
-    seed,
-    stop_token_ids=None,
-    pad_token_id=0,
-    window=None,
-    engine="auto",
-):
-    """The whole generation as ops on tensors of any (dynamic) shape, unchecked.
-
-    What an exported serving signature embeds: enforce `prompt_checks`
-    before it (as assertions), then call this inside the traced function.
-    Past the model's context the window slides (`window` defaults to its
-    `max_length`). `engine` as for `Generator.generate`, chosen when traced.
-    """
-    check_protocol(model)
-    engine = resolve_engine(engine)
-    window = resolve_window(model, window)
-    tokens = pack_prompts(token_ids, lengths, max_new_tokens, pad_token_id)
-    plan = plan_decoding(model, None, None, window)
-    if stop_token_ids is None:
-        stop_token_ids = ops.zeros((0,), "int32")
-    with engine.decoding(decoding_variables(model), loop_rows(token_ids, search)):
-        return decode(model, tokens, lengths, max_new_tokens, search, seed, stop_token_ids, pad_token_id, plan)
-
-
-def windowed_logits(model, token_ids, window=None, batch_size=64):
-    """Teacher-forced logits `(B, T, V)` under the rule generation follows.
-
-    Each position sees at most the `window` most recent tokens (itself
-    included); `window` defaults to the model's `max_length` (no limit when
-    `None`). A model with `sliding_window_cache` runs the sequence once
-    over a ring cache; any other model re-encodes, for each position past
-    the window, the `window` tokens ending there at positions
-    `0 .. window - 1`, exactly as generation does, `batch_size` windows
-    at a time through one compiled program.
-    """
-    check_protocol(model)
-    batch_size = check_positive_int("batch_size", batch_size)
-    window = resolve_window(model, window)
-    token_ids = np.asarray(token_ids, np.int32)
-    batch, length = token_ids.shape
-    if window is None or length <= window:
-        return ops.convert_to_numpy(model.call_with_cache(token_ids, model.init_cache(batch, length), 0).logits)
-    if model.sliding_window_cache:
-        cache = model.init_cache(batch, length, window=window)
-        return ops.convert_to_numpy(model.call_with_cache(token_ids, cache, 0, window=window).logits)
-    first = model.call_with_cache(token_ids[:, :window], model.init_cache(batch, window), 0).logits
-    starts = np.arange(1, length - window + 1)
-    windows = token_ids[:, starts[:, None] + np.arange(window)].reshape(-1, window)  # [B * n, W]
-    rows = min(batch_size, len(windows))
-
-    def last_logits(chunk):  # one compiled program for every chunk: the last is padded to `rows`
-        return model.call_with_cache(chunk, model.init_cache(rows, window), 0).logits[:, -1]
-
-    compiled = compile_function(last_logits, model)
-    last = []
-    for start in range(0, len(windows), rows):
-        chunk = windows[start : start + rows]
-        padded = np.concatenate([chunk, np.zeros((rows - len(chunk), window), np.int32)])
-        last.append(ops.convert_to_numpy(compiled(padded))[: len(chunk)])
-    rest = np.concatenate(last).reshape(batch, len(starts), -1)
-    return np.concatenate([ops.convert_to_numpy(first), rest], axis=1)
 
 
 class GenerationMixin(DecodingModel):
@@ -399,3 +317,7 @@ class GenerationMixin(DecodingModel):
     def generate(self, token_ids, max_new_tokens, **options):
         """Generates up to `max_new_tokens` tokens after each prompt (see `Generator.generate`)."""
         return Generator.for_model(self).generate(token_ids, max_new_tokens, **options)
+
+    def stream(self, token_ids, max_new_tokens, chunk_size=16, **options):
+        """Yields the new tokens in chunks as they are generated (see `Generator.stream`)."""
+        return Generator.for_model(self).stream(token_ids, max_new_tokens, chunk_size, **options)

@@ -57,7 +57,7 @@ def prompt_checks(token_ids, lengths, max_new_tokens, vocabulary_size):
     Args:
         token_ids: `(B, P)` int32 prompts, right-padded (the padding is ignored).
         lengths: `(B,)` int32 prompt lengths.
-        max_new_tokens: scalar int.
+        max_new_tokens: scalar int, or `(B,)` per prompt.
         vocabulary_size: Python int `V`; prompt ids must be in `[0, V)`.
     """
     token_ids, lengths = ops.convert_to_tensor(token_ids, "int32"), ops.convert_to_tensor(lengths, "int32")
@@ -89,10 +89,11 @@ def prompt_checks(token_ids, lengths, max_new_tokens, vocabulary_size):
         "Received: token id {} at prompt {}, position {}.",
         [ops.take(ops.reshape(token_ids, (-1,)), first), first // width, first % width],
     )
+    max_new_tokens = ops.convert_to_tensor(max_new_tokens)
     yield (
-        ops.convert_to_tensor(max_new_tokens) >= 1,
+        ops.all(max_new_tokens >= 1),
         "`max_new_tokens` must be a positive integer. Received: max_new_tokens={}",
-        [max_new_tokens],
+        [ops.min(max_new_tokens)],
     )
 
 

@@ -58,10 +58,14 @@ def first_argmax(logits):
 
 
 def uniform_noise(key, batch_size, vocabulary_size):
-    """`(B, V)` float32 uniform draws in `(0, 1)`, a pure function of `key`."""
-    rows = ops.expand_dims(ops.arange(batch_size, dtype="int32"), 1)
+    """`(B, V)` float32 uniform draws in `(0, 1)`, a pure function of `key` (a scalar, or `(B,)`: one per row)."""
     columns = ops.expand_dims(ops.arange(vocabulary_size, dtype="int32"), 0)
-    row_keys = mix(ops.bitwise_xor(mix(key), ops.multiply(rows, _GOLDEN)))
+    key = ops.convert_to_tensor(key, "int32")
+    if len(key.shape) == 1:  # a key per row: each row's draws depend on its key alone, not on its place
+        row_keys = mix(key)[:, None]
+    else:
+        rows = ops.expand_dims(ops.arange(batch_size, dtype="int32"), 1)
+        row_keys = mix(ops.bitwise_xor(mix(key), ops.multiply(rows, _GOLDEN)))
     bits = _shift_right(mix(ops.add(row_keys, columns)), 8)  # 24 random bits
     return (ops.cast(bits, "float32") + 0.5) / float(1 << 24)
 
@@ -168,6 +172,13 @@ def top_p_filter(logits, p):
     return ops.where(logits < cutoff, float("-inf"), logits)
 
 
+def min_p_filter(logits, p):
+    """Min-p filter (Nguyen et al. 2024): tokens less likely than `p` times the most likely one get `-inf`."""
+    probabilities = ops.softmax(logits, axis=-1)
+    top = ops.max(probabilities, axis=-1, keepdims=True)
+    return ops.where(probabilities < p * top, float("-inf"), logits)
+
+
 class TopKSampler(Sampler):
     """Samples among the `k` most likely tokens (Fan et al. 2018).
 
@@ -219,6 +230,39 @@ class TopPSampler(Sampler):
         return {"p": self.p, "temperature": self.temperature}
 
 
+class MinPSampler(Sampler):
+    """A sampler whose draws are also min-p filtered (Nguyen et al. 2024).
+
+    The filter runs after the sampler's temperature and its own filter
+    (transformers' order: temperature, top-k, top-p, min-p).
+
+    Args:
+        sampler: a `Sampler` that samples (not greedy).
+        min_p: in `[0, 1]`; 0 keeps every token.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> model.generate([[5, 7]], max_new_tokens=4, sampler="top_k", min_p=0.1, seed=0).shape
+        (1, 6)
+    """
+
+    def __init__(self, sampler, min_p):
+        if isinstance(sampler, (GreedySampler, KerasHubSampler)) or not isinstance(sampler, Sampler):
+            raise ValueError(
+                "`min_p` filters what a keras_tfam sampler draws: use it with sampler='random', 'top_k' or 'top_p'. "
+                f"Received: sampler={type(sampler).__name__}"
+            )
+        self.sampler = sampler
+        self.min_p = check_real("min_p", min_p, "in [0, 1]", lambda p: 0.0 <= p <= 1.0)
+        self.temperature = sampler.temperature
+
+    def filter(self, logits):
+        return min_p_filter(self.sampler.filter(logits), self.min_p)
+
+    def get_config(self):
+        return {"min_p": self.min_p, "sampler": self.sampler.cache_key()}
+
+
 class KerasHubSampler(Sampler):
     """Adapts a `keras_hub.samplers.Sampler` to the decoding loop.
 
@@ -242,16 +286,18 @@ class KerasHubSampler(Sampler):
 
 
 class TensorSampler(Sampler):
-    """Greedy, temperature, top-k and top-p in one sampler whose settings are tensors.
+    """Greedy, temperature, top-k, top-p and min-p in one sampler whose settings are tensors.
 
-    For serving signatures, where the settings arrive as inputs:
-    `temperature <= 0` is greedy; `top_k <= 0` and `top_p >= 1` switch those
+    For serving signatures, where the settings arrive as inputs: scalars
+    (one for every row) or `(R,)` (one per row). `temperature <= 0` is
+    greedy; `top_k <= 0`, `top_p >= 1` and `min_p <= 0` switch those
     filters off. `checks()` lists what the settings must satisfy.
 
     Args:
-        temperature: float scalar tensor; `<= 0` is greedy.
-        top_k: int scalar tensor; `<= 0` keeps every token.
-        top_p: float scalar tensor in `(0, 1]`; `>= 1` keeps every token.
+        temperature: float tensor; `<= 0` is greedy.
+        top_k: int tensor; `<= 0` keeps every token.
+        top_p: float tensor in `(0, 1]`; `>= 1` keeps every token.
+        min_p: float tensor in `[0, 1]`, or `None`.
 
     Examples:
         >>> sampler = TensorSampler(temperature=0.0, top_k=0, top_p=1.0)  # greedy
@@ -259,40 +305,54 @@ class TensorSampler(Sampler):
         array([1], dtype=int32)
     """
 
-    def __init__(self, temperature, top_k, top_p):
+    def __init__(self, temperature, top_k, top_p, min_p=None):
         self.temperature = ops.cast(temperature, "float32")
         self.top_k = ops.cast(top_k, "int32")
         self.top_p = ops.cast(top_p, "float32")
+        self.min_p = None if min_p is None else ops.cast(min_p, "float32")
 
     def checks(self):
         """`(ok, message, values)` conditions on the settings (see `prompts.prompt_checks`)."""
         yield (
-            ops.logical_not(ops.isnan(self.temperature)),
+            ops.logical_not(ops.any(ops.isnan(self.temperature))),
             "`temperature` must be a number (<= 0 for greedy). Received: temperature={}",
             [self.temperature],
         )
         yield (
-            ops.logical_and(ops.logical_not(ops.isnan(self.top_p)), self.top_p > 0.0),
+            ops.all(ops.logical_and(ops.logical_not(ops.isnan(self.top_p)), self.top_p > 0.0)),
             "`top_p` must be in (0, 1] (>= 1 switches it off). Received: top_p={}",
             [self.top_p],
         )
+        if self.min_p is not None:
+            yield (
+                ops.all(ops.logical_and(self.min_p >= 0.0, self.min_p <= 1.0)),
+                "`min_p` must be in [0, 1] (0 switches it off). Received: min_p={}",
+                [self.min_p],
+            )
 
     def __call__(self, logits, key):
         logits = ops.cast(logits, "float32")
+        rows, vocabulary = ops.shape(logits)[0], ops.shape(logits)[-1]
+
+        def column(setting):  # (R, 1), a scalar setting repeated for every row
+            return ops.reshape(setting, (-1, 1)) * ops.ones((rows, 1), setting.dtype)
+
+        temperature, top_k, top_p = column(self.temperature), column(self.top_k), column(self.top_p)
         greedy = first_argmax(logits)
-        scaled = logits / ops.maximum(self.temperature, 1e-6)
-        vocabulary = ops.shape(scaled)[-1]
-        k = ops.where(self.top_k > 0, ops.minimum(self.top_k, vocabulary), vocabulary)
+        scaled = logits / ops.maximum(temperature, 1e-6)
+        k = ops.where(top_k > 0, ops.minimum(top_k, vocabulary), vocabulary)
         sorted_logits = ops.flip(ops.sort(scaled, axis=-1), axis=-1)
-        kth = ops.take(sorted_logits, k - 1, axis=-1)[:, None]
+        kth = ops.take_along_axis(sorted_logits, k - 1, axis=-1)
         scaled = ops.where(scaled < kth, float("-inf"), scaled)
         sorted_logits = ops.where(ops.arange(vocabulary)[None, :] < k, sorted_logits, float("-inf"))
         probabilities = ops.softmax(sorted_logits, axis=-1)
         mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
-        kept = ops.sum(ops.cast(mass_before < self.top_p, "int32"), axis=-1, keepdims=True)
+        kept = ops.sum(ops.cast(mass_before < top_p, "int32"), axis=-1, keepdims=True)
         cutoff = ops.take_along_axis(sorted_logits, ops.maximum(kept, 1) - 1, axis=-1)
         scaled = ops.where(scaled < cutoff, float("-inf"), scaled)
-        return ops.where(self.temperature > 0, sample_from_logits(scaled, key), greedy)
+        if self.min_p is not None:
+            scaled = min_p_filter(scaled, column(self.min_p))
+        return ops.where(temperature[:, 0] > 0, sample_from_logits(scaled, key), greedy)
 
 
 SAMPLERS = {

@@ -12,12 +12,15 @@ that are done, and its own state.
 
 from keras import ops
 
-from keras_tfam.generation.samplers import GreedySampler, Sampler, get_sampler
+from keras_tfam.generation.samplers import GreedySampler, MinPSampler, Sampler, get_sampler
 from keras_tfam.utils import check_positive_int, check_real
 
 
 def _is_stop(tokens, stop_token_ids):
-    return ops.any(ops.equal(tokens[:, None], stop_token_ids[None, :]), axis=-1)
+    """Whether each of `(R,)` tokens is a stop id: of `(S,)` ids, or of its row's in `(R, S)` (negative: none)."""
+    if len(stop_token_ids.shape) == 1:
+        stop_token_ids = stop_token_ids[None, :]
+    return ops.any(ops.equal(tokens[:, None], stop_token_ids), axis=-1)
 
 
 class Sampling:
@@ -54,8 +57,9 @@ class Sampling:
         done = ops.logical_or(done, ops.logical_and(active, _is_stop(sampled, stop_token_ids)))
         return chosen, None, done, state
 
-    def finalize(self, tokens, state):
-        return tokens
+    def best_rows(self, state):
+        """The rows of the loop that are the results: every row."""
+        return None
 
 
 class BeamSearch:
@@ -125,19 +129,25 @@ class BeamSearch:
         chosen = ops.where(was_active, tokens, pad_token_id)
         return chosen, origin, done, (scores, ops.take(grown, origin, axis=0))
 
-    def finalize(self, tokens, state):
+    def best_rows(self, state):
+        """`(B,)`: the row of each prompt's best hypothesis."""
         scores, lengths = state
         batch = ops.shape(scores)[0]
         ranked = scores / ops.reshape(self._penalty(lengths), (batch, self.beam_size))
-        best = ops.argmax(ranked, axis=1)
-        return ops.take(tokens, ops.arange(batch) * self.beam_size + best, axis=0)
+        return ops.arange(batch) * self.beam_size + ops.cast(ops.argmax(ranked, axis=1), "int32")
 
 
-def get_search(sampler="greedy", beam_size=1, length_penalty=0.0):
-    """`Sampling(sampler)` for one beam, else `BeamSearch` (which takes no sampler)."""
+def get_search(sampler="greedy", beam_size=1, length_penalty=0.0, min_p=None):
+    """`Sampling(sampler)` for one beam (its draws min-p filtered with `min_p`), else `BeamSearch` (which takes
+    no sampler)."""
     check_positive_int("beam_size", beam_size)
     if beam_size == 1:
-        return Sampling(sampler)
+        search = Sampling(sampler)
+        if min_p is not None:
+            search.sampler = MinPSampler(search.sampler, min_p)
+        return search
+    if min_p is not None:
+        raise ValueError(f"`min_p` filters what a sampler draws; beam search takes none. Received: min_p={min_p!r}")
     if not (sampler in ("greedy", None) or isinstance(sampler, GreedySampler)):
         raise ValueError(
             f"Beam search ranks hypotheses by their probability; it takes no sampler. Received: sampler={sampler!r}, "

@@ -6,7 +6,8 @@ import pytest
 from backend import CHEAP_LOOP
 
 from keras_tfam.generation import generator as generator_module
-from keras_tfam.generation.generator import Generator, length_bucket
+from keras_tfam.generation.generator import Generator
+from keras_tfam.generation.requests import length_bucket
 from keras_tfam.models import GPT2LM
 
 

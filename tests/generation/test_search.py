@@ -70,8 +70,8 @@ def test_one_beam_is_greedy_decoding():
     lengths = np.array([4, 2], "int32")
     plan = plan_decoding(model, 10, 2)
     stop = np.zeros((0,), "int32")
-    beam = decode(model, tokens, lengths, 6, BeamSearch(1), 0, stop, 0, plan)
-    greedy = decode(model, tokens, lengths, 6, Sampling("greedy"), 0, stop, 0, plan)
+    beam = decode(model, tokens, lengths, 6, BeamSearch(1), 0, stop, 0, plan)["token_ids"]
+    greedy = decode(model, tokens, lengths, 6, Sampling("greedy"), 0, stop, 0, plan)["token_ids"]
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(beam), keras.ops.convert_to_numpy(greedy))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(greedy)[0, :10], model.generate([prompts[0]], 6)[0])
 

@@ -12,6 +12,7 @@ from keras_tfam.models import GPT2LM, KNNLM, EarlyExitLM, TransformerXLLM
 from keras_tfam.retrieval import Datastore
 from pipelines.data.wikitext import count_words, split_lines
 from pipelines.export import export_model
+from pipelines.serving_requests import generate_request
 
 
 def test_exported_generate_exits_early_as_the_model_does(tmp_path):
@@ -22,15 +23,8 @@ def test_exported_generate_exits_early_as_the_model_does(tmp_path):
     expected = model.generate([[5, 17, 3, 2], [9, 4]], 10)
     assert not np.array_equal(expected, gpt2.generate([[5, 17, 3, 2], [9, 4]], 10))  # the exits matter
     signature = tf.saved_model.load(export_model(model, str(tmp_path / "export"))).signatures["generate"]
-    out = signature(
-        token_ids=tf.constant(prompts),
-        lengths=tf.constant([4, 2]),
-        max_new_tokens=tf.constant(10),
-        temperature=tf.constant(0.0),
-        top_k=tf.constant(0),
-        top_p=tf.constant(1.0),
-        seed=tf.constant(0),
-    )["token_ids"].numpy()
+    request = dict(generate_request([[5, 17, 3, 2], [9, 4]], 10), token_ids=prompts)
+    out = signature(**{name: tf.constant(value) for name, value in request.items()})["token_ids"].numpy()
     np.testing.assert_array_equal(out, expected)
 
 
@@ -65,15 +59,8 @@ def test_eval_knn_bad_input_is_one_clear_line(trained_run, small_wikitext, optio
 
 
 def _greedy_request(signature, prompts, lengths, max_new_tokens):
-    return signature(
-        token_ids=tf.constant(prompts, tf.int32),
-        lengths=tf.constant(lengths, tf.int32),
-        max_new_tokens=tf.constant(max_new_tokens),
-        temperature=tf.constant(0.0),
-        top_k=tf.constant(0),
-        top_p=tf.constant(1.0),
-        seed=tf.constant(0),
-    )["token_ids"].numpy()
+    request = generate_request([p[:n] for p, n in zip(prompts, lengths)], max_new_tokens)
+    return signature(**{name: tf.constant(value) for name, value in request.items()})["token_ids"].numpy()
 
 
 def test_models_used_only_through_generate_export(tmp_path):

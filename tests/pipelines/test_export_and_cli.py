@@ -11,6 +11,8 @@ import pytest
 import tensorflow as tf
 from pipeline_runs import REPO, run_tfam
 
+from pipelines.serving_requests import generate_request
+
 
 def _tags(folder):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -55,7 +57,10 @@ def test_exported_signatures_match_the_model_in_a_tensorflow_only_process(traine
     expected_greedy = model.generate([list(prompts[0]), list(prompts[1, :2])], max_new_tokens=6)
     prompt_text = "the game"
     ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt_text])).flat_values))
-    greedy_text_ids = model.generate([ids], 5)[0, len(ids) :]
+    greedy_text = model.generate([ids], 5, stop_token_ids=[tokenizer.eos_id], return_logprobs=True)
+    count = int(greedy_text["num_generated"][0])
+    greedy_text_ids = greedy_text["token_ids"][0, len(ids) : len(ids) + count]
+    greedy_text_ids = greedy_text_ids[greedy_text_ids != tokenizer.eos_id]  # the end token is not text
     expected_text = tokenizer.detokenize(greedy_text_ids[None]).numpy()[0].decode()
 
     script = textwrap.dedent(
@@ -65,13 +70,15 @@ def test_exported_signatures_match_the_model_in_a_tensorflow_only_process(traine
         import tensorflow as tf
         loaded = tf.saved_model.load({export!r})
         sig = loaded.signatures
-        scalars = dict(temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0), seed=tf.constant(0))
+        def per_row(n, new, temperature=0.0, top_k=0, top_p=1.0, seed=0):
+            return dict(max_new_tokens=tf.fill([n], new), temperature=tf.fill([n], temperature),
+                        top_k=tf.fill([n], top_k), top_p=tf.fill([n], top_p), seed=tf.fill([n], seed),
+                        stop_token_ids=tf.fill([n, 1], -1), repetition_penalty=tf.fill([n], 1.0))
         logits = sig["serving_default"](token_ids=tf.constant({prompts.tolist()}, tf.int32))["logits"].numpy()
         rows = dict(token_ids=tf.constant({prompts.tolist()}, tf.int32), lengths=tf.constant({lengths.tolist()}))
-        greedy = sig["generate"](**rows, max_new_tokens=tf.constant(6), **scalars)["token_ids"].numpy()
-        options = dict(temperature=tf.constant(0.8), top_k=tf.constant(20), top_p=tf.constant(0.9), seed=tf.constant(3))
-        sampled = sig["generate"](**rows, max_new_tokens=tf.constant(6), **options)["token_ids"].numpy()
-        text = sig["generate_text"](prompts=tf.constant([{prompt_text!r}]), max_new_tokens=tf.constant(5), **scalars)
+        greedy = sig["generate"](**rows, **per_row(2, 6))["token_ids"].numpy()
+        sampled = sig["generate"](**rows, **per_row(2, 6, 0.8, 20, 0.9, 3))["token_ids"].numpy()
+        text = sig["generate_text"](prompts=tf.constant([{prompt_text!r}]), **per_row(1, 5))
         modules = [m for m in ("keras_tfam", "keras_hub", "pipelines") if m in sys.modules]
         completion = text["completions"].numpy()[0].decode()
         print(json.dumps(dict(logits=logits.tolist(), greedy=greedy.tolist(), sampled=sampled.tolist(),
@@ -165,15 +172,8 @@ def test_exported_generate_slides_past_the_trained_context(trained_run):
     export = os.path.join(trained_run, "export", "1")
     signature = tf.saved_model.load(export).signatures["generate"]
     prompt = [5, 17, 30, 2, 9]
-    out = signature(
-        token_ids=tf.constant([prompt], tf.int32),
-        lengths=tf.constant([5]),
-        max_new_tokens=tf.constant(200),
-        temperature=tf.constant(0.0),
-        top_k=tf.constant(0),
-        top_p=tf.constant(1.0),
-        seed=tf.constant(0),
-    )["token_ids"].numpy()
+    request = generate_request([prompt], 200)
+    out = signature(**{name: tf.constant(value) for name, value in request.items()})["token_ids"].numpy()
     tokens = list(prompt)
     for _ in range(200):
         window = np.array([tokens[-32:]], np.int32)

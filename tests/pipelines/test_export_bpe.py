@@ -46,9 +46,18 @@ def test_token_signatures_load_without_tensorflow_text(tmp_path):
     prompt = [5, 17, 30]
     expected = model.generate([prompt], 6)
     ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant(["The game"])).flat_values))
-    completion = tokenizer.detokenize(model.generate([ids], 5)[:, len(ids) :]).numpy()[0].decode()
+    generated = model.generate([ids], 5, stop_token_ids=[tokenizer.eos_id])[0, len(ids) :]
+    ends = np.flatnonzero(generated == tokenizer.eos_id)
+    text_ids = generated[: ends[0] if len(ends) else len(generated)]  # the end token and after it are no text
+    completion = tokenizer.detokenize(text_ids[None]).numpy()[0].decode()
 
-    scalars = "temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0), seed=tf.constant(0)"
+    def per_row(new):
+        return (
+            f"max_new_tokens=tf.constant([{new}]), temperature=tf.constant([0.0]), top_k=tf.constant([0]), "
+            "top_p=tf.constant([1.0]), seed=tf.constant([0]), stop_token_ids=tf.constant([[-1]]), "
+            "repetition_penalty=tf.constant([1.0])"
+        )
+
     # One process: the token-level signatures load before tensorflow_text is imported, then the text ones.
     loaded = _run(
         f"""
@@ -56,11 +65,11 @@ def test_token_signatures_load_without_tensorflow_text(tmp_path):
         import tensorflow as tf
         sig = tf.saved_model.load({version!r}).signatures
         out = sig["generate"](token_ids=tf.constant([{prompt}]), lengths=tf.constant([3]),
-                              max_new_tokens=tf.constant(6), {scalars})["token_ids"].numpy()
+                              {per_row(6)})["token_ids"].numpy()
         plain = dict(signatures=sorted(sig.keys()), tokens=out.tolist(), text_ops="tensorflow_text" in sys.modules)
         import tensorflow_text  # registers the ops of the BPE tokenizer's graph
         sig = tf.saved_model.load({text_version!r}).signatures
-        out = sig["generate_text"](prompts=tf.constant(["The game"]), max_new_tokens=tf.constant(5), {scalars})
+        out = sig["generate_text"](prompts=tf.constant(["The game"]), {per_row(5)})
         text = dict(signatures=sorted(sig.keys()), text=out["completions"].numpy()[0].decode())
         print(json.dumps(dict(plain=plain, text=text)))
         """,

@@ -81,9 +81,10 @@ def test_the_export_serves_text_in_a_tensorflow_only_process(fine_tuned):
     expected = []
     for prompt in prompts:
         ids = [tokenizer.eos_id] + np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values).tolist()
-        expected.append(
-            tokenizer.detokenize(model.generate([ids], max_new_tokens=8)[:, len(ids) :]).numpy()[0].decode()
-        )
+        generated = model.generate([ids], max_new_tokens=8, stop_token_ids=[tokenizer.eos_id])[0, len(ids) :]
+        ends = np.flatnonzero(generated == tokenizer.eos_id)
+        text_ids = generated[: ends[0] if len(ends) else len(generated)]  # the end token and after it are no text
+        expected.append(tokenizer.detokenize(text_ids[None]).numpy()[0].decode())
     # Clients in plain TensorFlow: text in and out of `generate_text` (the tokenizer in the graph, tensorflow-text's
     # ops), and token ids through `generate` with the `tokenizers` library reading the files carried in the export.
     script = textwrap.dedent(
@@ -92,18 +93,22 @@ def test_the_export_serves_text_in_a_tensorflow_only_process(fine_tuned):
         import tensorflow as tf
         import tensorflow_text  # the ops of the tokenizer's graph
         from tokenizers import Tokenizer
-        scalars = dict(max_new_tokens=tf.constant(8), temperature=tf.constant(0.0), top_k=tf.constant(0),
-                       top_p=tf.constant(1.0), seed=tf.constant(0))
+        def per_row(n):
+            return dict(max_new_tokens=tf.fill([n], 8), temperature=tf.fill([n], 0.0), top_k=tf.fill([n], 0),
+                        top_p=tf.fill([n], 1.0), seed=tf.fill([n], 0), repetition_penalty=tf.fill([n], 1.0),
+                        stop_token_ids=tf.fill([n, 1], {tokenizer.eos_id}))
         generate_text = tf.saved_model.load({text_export!r}).signatures["generate_text"]
-        texts = [t.decode() for t in generate_text(prompts=tf.constant({prompts!r}), **scalars)["completions"].numpy()]
+        served = generate_text(prompts=tf.constant({prompts!r}), **per_row({len(prompts)}))["completions"].numpy()
+        texts = [t.decode() for t in served]
         tokenizer = Tokenizer.from_file({os.path.join(assets, "tokenizer.json")!r})
         newline = tokenizer.encode("\\n", add_special_tokens=False).ids[-1]
         ids = [newline] + tokenizer.encode({prompts[0]!r}, add_special_tokens=False).ids
         generate = tf.saved_model.load({export!r}).signatures["generate"]
-        out = generate(token_ids=tf.constant([ids], tf.int32), lengths=tf.constant([len(ids)]),
-                       **scalars)["token_ids"].numpy()[0, len(ids):]
+        out = generate(token_ids=tf.constant([ids], tf.int32), lengths=tf.constant([len(ids)]), **per_row(1))
+        out = out["token_ids"].numpy()[0, len(ids):len(ids) + int(out["num_generated"].numpy()[0])]
+        out = [i for i in out.tolist() if i != {tokenizer.eos_id}]
         modules = [m for m in ("keras_tfam", "pipelines", "keras_hub") if m in sys.modules]
-        print(json.dumps(dict(texts=texts, tokens_text=tokenizer.decode(out.tolist()), modules=modules)))
+        print(json.dumps(dict(texts=texts, tokens_text=tokenizer.decode(out), modules=modules)))
         """
     )
     result = subprocess.run(

@@ -31,8 +31,15 @@ FLOAT32 = st.one_of(
     st.floats(width=32, allow_nan=True, allow_infinity=True),
     st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1.0, 1e-30]),
 )
-REQUEST = {"max_new_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
-NAMES = {"max_new_tokens": INT32, "temperature": FLOAT32, "top_k": INT32, "top_p": FLOAT32, "seed": INT32}
+REQUEST = {"max_new_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "repetition_penalty": 1.0}
+NAMES = {
+    "max_new_tokens": INT32,
+    "temperature": FLOAT32,
+    "top_k": INT32,
+    "top_p": FLOAT32,
+    "seed": INT32,
+    "repetition_penalty": FLOAT32,
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +64,21 @@ def refused_in_one_line(call, names):
     return True
 
 
-def generate(signatures, token_ids, lengths, **scalars):
-    request = {**REQUEST, **scalars}
-    dtypes = {"temperature": tf.float32, "top_p": tf.float32}
+def generate(signatures, token_ids, lengths, stop_token_ids=((-1,),), rows=None, **settings):
+    """A request whose settings (`REQUEST`, overridden by `settings`) each hold the same value for every row."""
+    request = {**REQUEST, **settings}
+    rows = len(token_ids) if rows is None else rows
+    floats = ("temperature", "top_p", "repetition_penalty")
     return signatures["generate"](
         token_ids=tf.constant(token_ids, tf.int32),
         lengths=tf.constant(lengths, tf.int32),
-        **{name: tf.constant(value, dtypes.get(name, tf.int32)) for name, value in request.items()},
+        stop_token_ids=tf.constant(
+            np.broadcast_to(np.asarray(stop_token_ids), (rows, len(stop_token_ids[0]))), tf.int32
+        ),
+        **{
+            name: tf.fill([rows], tf.constant(v, tf.float32 if name in floats else tf.int32))
+            for name, v in request.items()
+        },
     )["token_ids"].numpy()
 
 
@@ -85,6 +100,38 @@ def test_generate_scalars(signatures, data, name):
         assert list(tokens[0, :3]) == [3, 1, 4] and list(tokens[1, :2]) == [1, 5]
     else:
         assert name != "seed" and not (name == "max_new_tokens" and 1 <= value <= LIMIT)
+    if name == "repetition_penalty":
+        assert "tokens" in result or not (np.isfinite(value) and value > 0)
+
+
+@PROPERTY
+@given(stop=st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(-3, VOCABULARY + 2), min_size=1, max_size=3))
+@example(stop=[VOCABULARY])
+def test_generate_stop_token_ids(signatures, stop):
+    result = {}
+
+    def call():
+        result["tokens"] = generate(signatures, [[3, 1, 4]], [3], stop_token_ids=(tuple(stop),))
+
+    assert refused_in_one_line(call, ["stop_token_ids"]) == all(i < VOCABULARY for i in stop)
+
+
+@pytest.mark.parametrize("name", sorted(NAMES) + ["stop_token_ids"])
+def test_a_setting_with_another_count_of_rows_is_refused(signatures, name):
+    def call():
+        request = {**REQUEST, "stop_token_ids": [[-1]] * 2}
+        floats = ("temperature", "top_p", "repetition_penalty")
+        values = {
+            n: tf.fill([2], tf.constant(v, tf.float32 if n in floats else tf.int32))
+            for n, v in request.items()
+            if n != "stop_token_ids"
+        }
+        values["stop_token_ids"] = tf.constant(request["stop_token_ids"], tf.int32)
+        values[name] = values[name][:1]
+        tokens = tf.constant([[3, 1], [4, 1]], tf.int32)
+        return signatures["generate"](token_ids=tokens, lengths=tf.constant([2, 2]), **values)
+
+    assert not refused_in_one_line(call, [name])
 
 
 @PROPERTY
