@@ -47,3 +47,12 @@ def test_every_usage_error_is_one_line(argv, expected):
     code, lines = _usage_error(argv)
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"tfam: error: {expected}")
+
+
+def test_another_keras_backend_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = main(["eval", "runs/demo"])
+    assert code == 2
+    assert stderr.getvalue().splitlines() == ["tfam: error: tfam runs on TensorFlow. Received: KERAS_BACKEND='jax'"]
