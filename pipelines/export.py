@@ -69,6 +69,7 @@ import re
 import shutil
 import tempfile
 
+import numpy as np
 import tensorflow as tf
 
 from keras_tfam.generation import RepetitionPenalty, Sampling, TensorSampler, generate_graph, prompt_checks
@@ -187,7 +188,8 @@ class ServingFunctions:
         )
         penalty = settings["repetition_penalty"]
         yield (
-            tf.reduce_all(tf.logical_and(tf.math.is_finite(penalty), penalty > 0)),
+            # The smallest normal float32, not 0: a subnormal penalty reads as 0 where the CPU flushes subnormals.
+            tf.reduce_all(tf.logical_and(tf.math.is_finite(penalty), penalty >= np.finfo(np.float32).tiny)),
             "`repetition_penalty` must be a finite number > 0 (1 switches it off). Received: {}",
             [tf.gather(penalty, tf.argmin(tf.where(tf.math.is_finite(penalty), penalty, -1.0)))],
         )
