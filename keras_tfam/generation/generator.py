@@ -239,7 +239,7 @@ class Generator:
         Keyed by the model's variables too: a loop traced before `quantize`
         or `enable_lora` changed them would compute with the old weights.
         """
-        model, search, engine, steering, width = self.model, request.search, request.engine, request.steering, None
+        model, search, engine, steering = self.model, request.search, request.engine, request.steering
         width = request.bucket
         key = (search.cache_key(), request.plan, width, request.pad_token_id, request.jit_compile, request.names)
         key += (engine, weights_form(model), steering.cache_key(), streaming)
