@@ -9,7 +9,8 @@ Each case runs in a fresh process, the library's and the served ones alternating
   `model.stream`. It also writes the export the served case loads.
 - `served-P`: the SavedModel's `generate` called as TF Serving runs it, by plain TensorFlow (no keras_tfam import):
   the first request after load (the warmup requests replayed before it, as TF Serving does), tokens/s at batch 1
-  and 8, and 8 single-row requests one by one against merged into one call (TF Serving's batching).
+  and 8, 8 single-row requests one by one against merged into one call (TF Serving's batching), a stop id after
+  10 of 256 tokens, and the time to a first chunk of 8 through `prefill` and `decode_chunk`.
 
 Prints one table per precision with the ratios served / library, and the JSON of every case.
 """
@@ -69,15 +70,17 @@ def library(precision, tokens, export_dir):
 def served(precision, tokens, export_dir):
     import tensorflow as tf
 
-    from pipelines.serving_requests import generate_request
+    from pipelines.serving_requests import decode_chunk_request, generate_request
     from pipelines.serving_warmup import WARMUP_FILE, read_warmup_requests
 
     path = os.path.join(export_dir, precision, "model", "1")
     dtypes = {"temperature": tf.float32, "top_p": tf.float32, "repetition_penalty": tf.float32}
 
+    def inputs_of(request):
+        return {k: v if tf.is_tensor(v) else tf.constant(v, dtypes.get(k, tf.int32)) for k, v in request.items()}
+
     def call(request):
-        inputs = {k: tf.constant(v, dtypes.get(k, tf.int32)) for k, v in request.items()}
-        return signature(**inputs)["token_ids"].numpy()
+        return signature(**inputs_of(request))["token_ids"].numpy()
 
     start = time.perf_counter()
     loaded = tf.saved_model.load(path)
@@ -99,6 +102,18 @@ def served(precision, tokens, export_dir):
     one_by_one = median_seconds(lambda: [call(r) for r in singles], warmup=0, repeats=1)
     together = median_seconds(lambda: call(merged), warmup=0, repeats=2)
     out["requests_per_s"] = {"one_by_one": 8 / one_by_one, "merged": 8 / together}
+    ids = prompts(1).tolist()
+    stop = int(signature(**inputs_of(generate_request(ids, 10)))["token_ids"].numpy()[0, PROMPT + 9])
+    full = median_seconds(lambda: call(generate_request(ids, 256)), warmup=1, repeats=1)
+    cut = median_seconds(lambda: call(generate_request(ids, 256, stop_token_ids=[stop])), warmup=1, repeats=1)
+    out["stop_after_10_of_256_s"] = {"without": full, "with": cut}
+    prefill, decode_chunk = loaded.signatures["prefill"], loaded.signatures["decode_chunk"]
+
+    def first_chunk():
+        state = prefill(**inputs_of(generate_request(ids, tokens)))
+        return decode_chunk(**inputs_of(decode_chunk_request(state, 8)))["token_ids"].numpy()
+
+    out["first_chunk_of_8_s"] = median_seconds(first_chunk, warmup=1, repeats=2)
     modules = [m for m in ("keras_tfam", "keras_hub") if m in sys.modules]
     out["modules"] = modules
     return out
@@ -124,6 +139,12 @@ def main():
             a, b = ours["tokens_per_s"][batch], theirs["tokens_per_s"][batch]
             same = ours["tokens"][batch] == theirs["tokens"][batch]
             print(f"| batch {batch} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {same} |")
+        stops = theirs["stop_after_10_of_256_s"]
+        print(
+            f"served: load and warmup replay {theirs['load_and_warmup_s']:.0f} s; a stop after 10 of 256 tokens "
+            f"{stops['with']:.2f} s (without {stops['without']:.2f} s); prefill and a first decode_chunk of 8 "
+            f"{theirs['first_chunk_of_8_s']:.2f} s"
+        )
         print(
             f"first request after load and warmup {theirs['first_request_s']:.2f} s; "
             f"8 single-row requests: {theirs['requests_per_s']['one_by_one']:.2f} requests/s one by one, "

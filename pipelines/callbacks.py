@@ -1,19 +1,16 @@
-"""Training callbacks: kill-safe backups and checkpoints, validation perplexity, TensorBoard, speed."""
+"""Training callbacks: kill-safe backups and checkpoints, validation perplexity (training series: training_log)."""
 
 import math
 import os
 import re
 import shutil
-import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from pipelines.checkpoints import save_checkpoint, verify_checkpoint
 from pipelines.errors import CorruptFileError, notice
 from pipelines.evaluation import METRICS, evaluate_perplexity, nll_function
-from pipelines.faults import fault_point
 from pipelines.files import (
     TEMP_PREFIX,
     atomic_path,
@@ -25,38 +22,49 @@ from pipelines.files import (
     sidecar_path,
 )
 
+# The training series' callbacks, importable from here too.
+from pipelines.training_log import FaultPoints, ModelScalars, StepProfiler, ThroughputMonitor  # noqa: F401
+
 
 def _finite(logs):
     return all(math.isfinite(float(v)) for k, v in (logs or {}).items() if "loss" in k)
 
 
 class SafeBackupAndRestore(keras.callbacks.Callback):
-    """Backs up the weights at each epoch's end and restores them at `fit`'s start, safely.
+    """Backs up the weights at epoch ends and restores them at `fit`'s start, safely.
 
     What `keras.callbacks.BackupAndRestore` does, except that it survives
     being killed mid-save, checks what it restores and never backs up a NaN.
-    Each backup, `epoch-N.weights.h5`, is written under a temporary name and
-    renamed into place; then `training_metadata.json` (replaced atomically)
-    lists the newest backups, newest first, with their sizes and SHA-256. A
-    SIGKILL at any moment leaves the previous complete backup. The last
-    `keep` backups are kept, so that a backup damaged later (a truncated
-    file) falls back to the one before it, with a notice naming the damaged
-    file; if the metadata itself is damaged, the backups are found by their
-    file names. When no backup is usable the run stops (`CorruptFileError`)
-    rather than silently starting over.
+    Each backup is written under a temporary name and renamed into place;
+    then `training_metadata.json` (replaced atomically) lists the newest
+    backups, newest first, with their step, sizes and SHA-256. A SIGKILL at
+    any moment leaves the previous complete backup. The last `keep` backups
+    are kept, so that a backup damaged later (a truncated file) falls back
+    to the one before it, with a notice naming the damaged file; if the
+    metadata itself is damaged, the backups are found by their file names.
+    When no backup is usable the run stops (`CorruptFileError`) rather than
+    silently starting over.
 
     A non-finite loss (or a stop requested by `TerminateOnNaN`) skips the
     backup, so broken weights never replace the last good ones.
 
-    The epoch to resume at is `restorable()["epoch"]`, which the caller passes
-    to `fit` as `initial_epoch` (it also tells a stream where to resume); a
-    `fit` that starts elsewhere while a backup is restored is refused.
+    By step (with a `schedule`, `pipelines.step_schedule.StepSchedule`),
+    backups are made at the steps it says (`step-N.weights.h5`, N optimizer
+    steps), a run resumes at `restorable_step()` (the schedule's `start`)
+    and a `fit` that does not start there is refused. Without one, a backup
+    is made at every epoch's end (`epoch-N.weights.h5`) and the epoch to
+    resume at is `restorable()["epoch"]`, which the caller passes to `fit`
+    as `initial_epoch` (it also tells a stream where to resume).
 
     Args:
         backup_dir: the folder of the backups.
         keep: how many backups to keep (at least 1).
-        save_freq: `"epoch"`, the only frequency: a backup at every epoch's end.
+        save_freq: `"epoch"`, the only frequency: backups at epoch ends.
         delete_checkpoint: whether to delete `backup_dir` when `fit` ends.
+        schedule: a `StepSchedule`, or None (a backup at every epoch's end).
+        by_step: name and resume the backups by step (default: with a
+            `schedule`); True with the schedule set later, once the step to
+            resume at (`restorable_step()`) has made it.
 
     Example:
 
@@ -65,7 +73,7 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
     >>> model.fit(data, epochs=10, initial_epoch=restored["epoch"] if restored else 0, callbacks=[backup])
     """
 
-    def __init__(self, backup_dir, keep=2, save_freq="epoch", delete_checkpoint=True):
+    def __init__(self, backup_dir, keep=2, save_freq="epoch", delete_checkpoint=True, schedule=None, by_step=None):
         super().__init__()
         if not backup_dir:
             raise ValueError(f"`backup_dir` must name a folder. Received: backup_dir={backup_dir!r}")
@@ -77,29 +85,41 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
         self.keep = keep
         self.save_freq = save_freq
         self.delete_checkpoint = delete_checkpoint
+        self.schedule = schedule
+        self.by_step = schedule is not None if by_step is None else bool(by_step)
         self.metadata_path = os.path.join(backup_dir, "training_metadata.json")
         self._backups = None
         self._start_checked = False
 
+    @property
+    def _key(self):
+        """What a backup is named and resumed by: its optimizer step with a schedule, else its epoch."""
+        return "step" if self.by_step else "epoch"
+
     def restorable(self):
-        """The newest intact backup (`{"epoch", "weights", ...}`) or None; selected once, with notices."""
+        """The newest intact backup (`{"step", "weights", ...}`, and `"epoch"` by epoch) or None; selected once."""
         if self._backups is None:
             self._backups = self._select()
         return self._backups[0] if self._backups else None
 
+    def restorable_step(self):
+        """The optimizer step of the newest intact backup (0 without one): where a run resumes."""
+        backup = self.restorable()
+        return int(backup["step"]) if backup is not None else 0
+
     def _weights_files(self):
         found = []
         for name in os.listdir(self.backup_dir) if os.path.isdir(self.backup_dir) else []:
-            match = re.fullmatch(r"epoch-(\d+)\.weights\.h5", name)
+            match = re.fullmatch(r"(epoch|step)-(\d+)\.weights\.h5", name)
             if match:
-                found.append({"epoch": int(match.group(1)), "weights": name})
-        return sorted(found, key=lambda backup: -backup["epoch"])
+                found.append({match.group(1): int(match.group(2)), "weights": name})
+        return sorted(found, key=lambda backup: -backup.get(self._key, -1))
 
     def _candidates(self):
         try:
             metadata = read_json(self.metadata_path)
-            if not isinstance(metadata, dict) or not {"epoch", "weights"} <= set(metadata):
-                raise CorruptFileError(self.metadata_path, "does not name a backup (no epoch or weights)")
+            if not isinstance(metadata, dict) or "weights" not in metadata:
+                raise CorruptFileError(self.metadata_path, "does not name a backup (no weights)")
         except CorruptFileError as error:
             found = self._weights_files()
             notice(f"{error}: looking for the backups by their file names instead ({len(found)} found)")
@@ -108,6 +128,8 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
         return metadata.get("backups") or [metadata]
 
     def _problem(self, backup):
+        if self._key not in backup:
+            return f"records no {self._key} (written by another version of tfam)"
         path = os.path.join(self.backup_dir, backup["weights"])
         if "sha256" in backup:
             return digest_problem(path, backup)
@@ -135,7 +157,7 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
                 for path, what in damaged:
                     notice(
                         f"{path} {what}: resuming from the previous backup {backup['weights']} "
-                        f"(epoch {backup['epoch']}) instead"
+                        f"({self._key} {backup[self._key]}) instead"
                     )
                 return candidates[index:]
             damaged.append((os.path.join(self.backup_dir, backup["weights"]), problem))
@@ -147,6 +169,8 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
         )
 
     def on_train_begin(self, logs=None):
+        if self.by_step and self.schedule is None:
+            raise ValueError("A backup by step needs the run's `schedule` before `fit`. Received: schedule=None")
         self._start_checked = False
         backup = self.restorable()
         if backup is None:
@@ -165,16 +189,28 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
             ) from error
 
     def on_epoch_begin(self, epoch, logs=None):
-        if not self._start_checked:
-            self._start_checked = True
-            backup = self.restorable()
-            if backup is not None and epoch != backup["epoch"]:
-                raise ValueError(
-                    f"`fit` must resume at the restored backup's epoch: pass `initial_epoch={backup['epoch']}` "
-                    f"(from {os.path.join(self.backup_dir, backup['weights'])}). Received: initial_epoch={epoch}"
-                )
+        if self._start_checked:
+            return
+        self._start_checked = True
+        backup = self.restorable()
+        if backup is None:
+            return
+        path = os.path.join(self.backup_dir, backup["weights"])
+        if not self.by_step and epoch != backup["epoch"]:
+            raise ValueError(
+                f"`fit` must resume at the restored backup's epoch: pass `initial_epoch={backup['epoch']}` "
+                f"(from {path}). Received: initial_epoch={epoch}"
+            )
+        if self.by_step and epoch * self.schedule.epoch_steps != backup["step"]:
+            raise ValueError(
+                f"`fit` must resume at the restored backup's step {backup['step']} (from {path}): pass "
+                f"`initial_epoch={self.schedule.epoch_of(backup['step'])}` of the schedule. Received: "
+                f"initial_epoch={epoch}"
+            )
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.schedule is not None and not self.schedule.backs_up(self.schedule.step(epoch)):
+            return
         if _finite(logs) and not self.model.stop_training:
             self._save(epoch + 1)
 
@@ -183,16 +219,16 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
             shutil.rmtree(self.backup_dir)
 
     def _save(self, epoch):
-        name = f"epoch-{epoch}.weights.h5"
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.schedule is not None and step != self.schedule.step(epoch - 1):
+            raise RuntimeError(f"The optimizer is at step {step}, the schedule at {self.schedule.step(epoch - 1)}")
+        name = f"{self._key}-{step if self.by_step else epoch}.weights.h5"
         path = os.path.join(self.backup_dir, name)
         with atomic_path(path, fault="backup-write") as temp:
             self.model.save_weights(temp)
-        record = {
-            "epoch": epoch,
-            "step": int(self.model.optimizer.iterations.numpy()),
-            "weights": name,
-            **file_digest(path),
-        }
+        # An epoch counts steps of this `fit`'s epoch length only: with a schedule, the step alone is recorded.
+        record = {**({} if self.by_step else {"epoch": epoch}), "step": step, "weights": name}
+        record.update(file_digest(path))
         older = [backup for backup in self._backups or [] if backup["weights"] != name]
         kept = [record] + older[: self.keep - 1]
         atomic_write_json(self.metadata_path, {**record, "backups": kept})
@@ -204,11 +240,12 @@ class SafeBackupAndRestore(keras.callbacks.Callback):
 
 
 class PerplexityEvaluator(keras.callbacks.Callback):
-    """Every `every` epochs: validation loss and perplexities into the logs.
+    """At the steps `schedule` evaluates at (every epoch without one): validation loss and perplexities into the logs.
 
     Runs before the checkpoint callback so that `val_loss` can select the best
-    model. Also logs the values to TensorBoard (`validation` writer) and
-    generates a few text samples.
+    model. Also logs the values to TensorBoard (`validation` writer, at the
+    optimizer step; the loss also as `epoch_loss`, the name Keras gives it)
+    and generates a few text samples.
 
     Args:
         dataset: the validation stream (`(inputs, targets, weights)` batches).
@@ -217,17 +254,17 @@ class PerplexityEvaluator(keras.callbacks.Callback):
             `{"num_characters": n}` (bits per character, for character-level
             runs, where words are meaningless).
         strategy: the distribution strategy.
-        every: evaluate every `every` epochs.
+        schedule: a `pipelines.step_schedule.StepSchedule`, or None.
         log_dir: TensorBoard folder (None: no TensorBoard).
         sampler: a function returning a few text samples to log.
     """
 
-    def __init__(self, dataset, units, strategy, every=1, log_dir=None, sampler=None):
+    def __init__(self, dataset, units, strategy, schedule=None, log_dir=None, sampler=None):
         super().__init__()
         self.dataset = dataset
         self.units = dict(units)
         self.strategy = strategy
-        self.every = every
+        self.schedule = schedule
         self.sampler = sampler
         self.writer = tf.summary.create_file_writer(f"{log_dir}/validation") if log_dir else None
         self.last = None
@@ -240,19 +277,23 @@ class PerplexityEvaluator(keras.callbacks.Callback):
         return evaluate_perplexity(self.model, self.dataset, strategy=self.strategy, step=self._step, **self.units)
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is None or (epoch + 1) % self.every:
+        if logs is None or not _finite(logs):
             return
-        if not _finite(logs):
+        if self.schedule is not None and not self.schedule.evaluates(self.schedule.step(epoch)):
             return
-        result = self.evaluate()
-        self.last = result
-        self.last_step = int(self.model.optimizer.iterations.numpy())
+        self.record(self.evaluate(), int(self.model.optimizer.iterations.numpy()), logs)
+
+    def record(self, result, step, logs=None):
+        """Keeps `result` (a validation at `step`) as the last one, into `logs` and TensorBoard."""
+        self.last, self.last_step = result, step
         metrics = {name: result[name] for name in ("loss", *METRICS) if name in result}
-        logs.update({f"val_{name}": value for name, value in metrics.items()})
+        if logs is not None:
+            logs.update({f"val_{name}": value for name, value in metrics.items()})
         if self.writer is not None:
-            with self.writer.as_default(step=self.last_step):
+            with self.writer.as_default(step=step):
                 for name, value in metrics.items():
                     tf.summary.scalar(name, value)
+                tf.summary.scalar("epoch_loss", metrics["loss"])
                 if self.sampler is not None:
                     for i, text in enumerate(self.sampler()):
                         tf.summary.text(f"sample_{i}", text)
@@ -310,99 +351,3 @@ class BestCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.consider((logs or {}).get("val_loss"), int(self.model.optimizer.iterations.numpy()))
-
-
-class ThroughputMonitor(keras.callbacks.Callback):
-    """Tokens/s per epoch and the learning rate, into the logs and TensorBoard (`train`)."""
-
-    def __init__(self, tokens_per_step, log_dir=None):
-        super().__init__()
-        self.tokens_per_step = tokens_per_step
-        self.writer = tf.summary.create_file_writer(f"{log_dir}/train") if log_dir else None
-        self.rates = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.batch_ends = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.batch_ends.append(time.perf_counter())
-
-    def on_epoch_end(self, epoch, logs=None):
-        # From the end of the first step to the end of the last: no compilation,
-        # no evaluation, no checkpointing.
-        if len(self.batch_ends) < 2:
-            return
-        steps = len(self.batch_ends) - 1
-        rate = self.tokens_per_step * steps / (self.batch_ends[-1] - self.batch_ends[0])
-        self.rates.append(rate)
-        iterations = int(self.model.optimizer.iterations.numpy())
-        learning_rate = float(np.asarray(self.model.optimizer.learning_rate))
-        if logs is not None:
-            logs["tokens_per_second"] = rate
-            logs["learning_rate"] = learning_rate
-        if self.writer is not None:
-            with self.writer.as_default(step=iterations):
-                tf.summary.scalar("tokens_per_second", rate)
-                tf.summary.scalar("learning_rate", learning_rate)
-                if logs and "loss" in logs:
-                    tf.summary.scalar("step_loss", float(logs["loss"]))
-            self.writer.flush()
-
-
-class GlobalStepTensorBoard(keras.callbacks.TensorBoard):
-    """Keras' TensorBoard callback with the `epoch_*` series plotted against the global step.
-
-    Keras writes epoch summaries at the epoch index that `on_epoch_end`
-    receives; the other series of a run (validation, learning rate, tokens/s)
-    are at the optimizer step, and an epoch here is `backup_every` steps, so
-    this passes the step on as the epoch. Histograms and embeddings, which
-    Keras schedules by epoch, are refused.
-
-    Args:
-        log_dir: the folder of the logs.
-        **kwargs: `keras.callbacks.TensorBoard` arguments, without
-            `histogram_freq` or `embeddings_freq`.
-    """
-
-    def __init__(self, log_dir="logs", **kwargs):
-        for name in ("histogram_freq", "embeddings_freq"):
-            if kwargs.get(name):
-                raise ValueError(
-                    f"`{name}` counts epochs, which this callback replaces by steps. Received: {name}={kwargs[name]!r}"
-                )
-        super().__init__(log_dir, **kwargs)
-
-    def on_epoch_end(self, epoch, logs=None):
-        super().on_epoch_end(int(self.model.optimizer.iterations.numpy()), logs)
-
-
-class FaultPoints(keras.callbacks.Callback):
-    """The training kill points of `pipelines.faults`: `train-begin` and `step` (after each step).
-
-    Put it last, so that `train-begin` comes after the backup is restored.
-    """
-
-    def on_train_begin(self, logs=None):
-        fault_point("train-begin")
-
-    def on_train_batch_end(self, batch, logs=None):
-        fault_point("step")
-
-
-class ModelScalars(keras.callbacks.Callback):
-    """What a model reports of itself (`model.summary_scalars()`: name -> float) into TensorBoard (`train`).
-
-    Transformer-XL reports its memory (length, slots filled) and learned
-    attention spans per layer and head.
-    """
-
-    def __init__(self, log_dir):
-        super().__init__()
-        self.writer = tf.summary.create_file_writer(f"{log_dir}/train")
-
-    def on_epoch_end(self, epoch, logs=None):
-        scalars = self.model.summary_scalars()
-        with self.writer.as_default(step=int(self.model.optimizer.iterations.numpy())):
-            for name, value in scalars.items():
-                tf.summary.scalar(name, value)
-        self.writer.flush()

@@ -53,15 +53,26 @@ def verify_checkpoint(path):
     return record or {}
 
 
-def load_checkpoint(path):
-    """The model saved at `path`, verified first; every failure names the file."""
+def load_checkpoint(path, compile=True):
+    """The model saved at `path`, verified first; every failure names the file.
+
+    `compile=False` leaves the optimizer's state unread: a checkpoint trained
+    under mixed precision (whose loss-scaling optimizer has more variables
+    than an unbuilt one) then loads without Keras' "Skipping variable
+    loading for optimizer" warning.
+    """
+    verify_checkpoint(path)
+    return load_verified_checkpoint(path, compile)
+
+
+def load_verified_checkpoint(path, compile=True):
+    """The model saved at `path`, a file `verify_checkpoint` passed; a failure names the file."""
     import keras
 
     import keras_tfam  # noqa: F401 - registers the layers for loading
     import pipelines.optimizer  # noqa: F401 - and the optimizer of compiled checkpoints
 
-    verify_checkpoint(path)
     try:
-        return keras.saving.load_model(path)
+        return keras.saving.load_model(path, compile=compile)
     except Exception as error:  # noqa: BLE001 - whatever Keras raises, say which file
         raise CorruptFileError(path, f"cannot be loaded ({type(error).__name__}: {error})") from error

@@ -1,9 +1,12 @@
 """The `tfam` training, evaluation, generation and export commands (see pipelines.cli)."""
 
+import argparse
 import contextlib
 import json
 import math
 import os
+
+from pipelines.run_loading import load_run, run_directory
 
 
 def _train(args):
@@ -12,7 +15,8 @@ def _train(args):
     from pipelines.training import format_summary, train
 
     config = load_config(args.config, overrides_from_args(args))
-    summary = train(config)
+    with _checkpoint_options_named(config):
+        summary = train(config)
     print(format_summary(summary))
     if summary["stopped_on_nan"]:
         raise TrainingDiverged(
@@ -22,38 +26,28 @@ def _train(args):
         )
 
 
-def load_run(run_dir, checkpoint="best"):
-    """The model (`best` or `final` checkpoint, or a `.keras` file) and tokenizer of a run.
+@contextlib.contextmanager
+def _checkpoint_options_named(config):
+    """Re-raises a `ValueError` that blames a model option of an `--init-from` checkpoint the user did not give
+    (its config.json's, which the user's options no longer fit) with the flags the user gave."""
+    given = config.model_options if config.init_from is not None else {}
+    try:
+        yield
+    except ValueError as error:
+        from pipelines.config import MODEL_OPTIONS
 
-    Each checkpoint is verified before it is loaded; a damaged `best.keras`
-    falls back to `final.keras` with a notice.
-
-    Raises:
-        FileNotFoundError: no such run, or no checkpoint in it.
-        CorruptFileError: no intact checkpoint, or a damaged tokenizer.
-    """
-    from pipelines.checkpoints import load_checkpoint
-    from pipelines.data.tokenizers import load_tokenizer
-    from pipelines.errors import CorruptFileError, notice
-
-    if os.path.isfile(run_dir) and run_dir.endswith(".keras"):
-        return load_checkpoint(run_dir), None
-    if not os.path.isdir(run_dir):
-        raise FileNotFoundError(f"No run directory {run_dir!r}")
-    names = ["best", "final"] if checkpoint == "best" else [checkpoint]
-    paths = [os.path.join(run_dir, "checkpoints", f"{name}.keras") for name in names]
-    paths = [path for path in paths if os.path.isfile(path)]
-    if not paths:
-        raise FileNotFoundError(f"No checkpoint {names} in {os.path.join(run_dir, 'checkpoints')!r}")
-    tokenizer_dir = os.path.join(run_dir, "tokenizer")
-    tokenizer = load_tokenizer(tokenizer_dir) if os.path.isdir(tokenizer_dir) else None
-    for index, path in enumerate(paths):
-        try:
-            return load_checkpoint(path), tokenizer
-        except CorruptFileError as error:
-            if index + 1 == len(paths):
-                raise
-            notice(f"{error}: using {os.path.basename(paths[index + 1])} instead")
+        message = str(error)
+        blamed = [name for name in MODEL_OPTIONS if f"`{name}`" in message and name not in given]
+        if not given or not blamed:
+            raise
+        flags = " ".join(
+            f"--{name.replace('_', '-')} {value if isinstance(value, str) else json.dumps(value)}"
+            for name, value in given.items()
+        )
+        raise ValueError(
+            f"`{flags}` does not fit the checkpoint of `--init-from` {config.init_from}, whose config.json sets "
+            f"{', '.join(f'`{name}`' for name in blamed)}: {message}"
+        ) from error
 
 
 def check_eval_args(args):
@@ -78,10 +72,11 @@ def check_eval_args(args):
 def run_sequence_length(run_dir, model):
     """The windows a run was trained on: its `config.json`'s `sequence_length`, else the model's context.
 
-    A `.keras` file (no config) or a damaged config gives `model.max_length`,
-    and a model without a context limit 128.
+    A `.keras` file outside a run, or a damaged config, gives
+    `model.max_length`, and a model without a context limit 128.
     """
-    path = os.path.join(run_dir, "config.json") if os.path.isdir(run_dir) else None
+    run_dir = run_directory(run_dir)
+    path = os.path.join(run_dir, "config.json") if run_dir is not None else None
     if path is not None and os.path.isfile(path):
         try:
             with open(path) as f:
@@ -109,9 +104,7 @@ def _eval(args):
     if args.data_dir is None and args.knn_split is not None and is_named_split(args.knn_split):
         raise ValueError(f"--knn-split {args.knn_split} is a WikiText split: pass --data-dir (the folder holding it)")
     lines = split_lines(args.data_dir, args.split)
-    model, tokenizer = load_run(args.run, args.checkpoint)
-    if tokenizer is None:
-        raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
+    model, tokenizer = load_run(args.run, args.checkpoint, needs_tokenizer=True)
     if args.sequence_length is None:
         args.sequence_length = run_sequence_length(args.run, model)
     check_sequence_length(model, args.sequence_length)
@@ -186,22 +179,50 @@ _OPTION_FLAGS = {
 }
 
 
+def _utf8_problem(text):
+    """None if `text` is UTF-8 text, else the bytes it came as (a command line decodes others as surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "backslashreplace")
+    return None
+
+
+def check_generate_args(args):
+    """Raises a `ValueError` naming the first `tfam generate` value out of range, before any work.
+
+    `--top-p` is in (0, 1] whatever the sampler, as in the exported
+    `generate` signature.
+    """
+    if not math.isfinite(args.temperature):
+        raise ValueError(
+            f"`--temperature` must be a finite number (<= 0 for greedy). Received: temperature={args.temperature}"
+        )
+    if not 0.0 < args.top_p <= 1.0:
+        raise ValueError(f"`--top-p` must be in (0, 1] (1 keeps every token). Received: top_p={args.top_p}")
+    if args.top_k < 1:
+        raise ValueError(f"`--top-k` must be a positive integer. Received: top_k={args.top_k}")
+    for name, texts in (("prompt", args.prompt), ("stop", args.stop)):
+        for text in texts or ():
+            raw = _utf8_problem(text)
+            if raw is not None:
+                raise ValueError(f"`--{name}` must be UTF-8 text. Received: {name}={raw!r}")
+    if "" in (args.stop or ()):
+        raise ValueError("`--stop` must be a non-empty string. Received: stop=''")
+
+
 def _generate(args):
     import numpy as np
     import tensorflow as tf
 
     from keras_tfam.utils import check_positive_int
 
-    if not math.isfinite(args.temperature):
-        raise ValueError(
-            f"`--temperature` must be a finite number (<= 0 for greedy). Received: temperature={args.temperature}"
-        )
+    check_generate_args(args)
     stops = tuple(args.stop or ())
-    if "" in stops:
-        raise ValueError("`--stop` must be a non-empty string. Received: stop=''")
-    model, tokenizer = load_run(args.run, args.checkpoint)
-    if tokenizer is None:
-        raise FileNotFoundError(f"{args.run!r} has no tokenizer/ folder")
+    model, tokenizer = load_run(args.run, args.checkpoint, needs_tokenizer=True)
     with _options_named_as_flags():
         check_positive_int("chunk_size", args.chunk_size)
         options = _generate_options(args, tokenizer)
@@ -298,7 +319,13 @@ def _export(args):
 
     model, tokenizer = load_run(args.run, args.checkpoint)
     path = export_model(
-        model, args.out, tokenizer, overwrite=args.overwrite, max_new_tokens_limit=args.max_new_tokens_limit
+        model,
+        args.out,
+        tokenizer,
+        overwrite=args.overwrite,
+        max_new_tokens_limit=args.max_new_tokens_limit,
+        jit_compile=not args.no_xla,
+        **({} if args.batch_sizes is None else {"batch_sizes": args.batch_sizes}),
     )
     print(f"exported {args.run} -> {path}")
 
@@ -309,13 +336,17 @@ def add_commands(commands):
     from keras_tfam.generation.requests import OVERFLOWS
     from pipelines.config import add_config_arguments
 
-    train = commands.add_parser("train", help="train a GPT-2-style LM (rerun the same command to resume)")
+    train = commands.add_parser(
+        "train", help="train a GPT-2-style LM (rerun the same command to resume; a larger --max-steps extends the run)"
+    )
     train.add_argument("--config", default="gpt2_tiny", help="gpt2_tiny, gpt2_small or a JSON file")
     add_config_arguments(train)
     train.set_defaults(handler=_train)
 
     def run_arguments(parser):
-        parser.add_argument("run", help="run directory of `tfam train` (or a .keras file)")
+        parser.add_argument(
+            "run", help="run directory of `tfam train`, or a .keras file (in a run's checkpoints/: with its tokenizer)"
+        )
         parser.add_argument("--checkpoint", default="best", help="best (default, falls back to final) or final")
 
     evaluate = commands.add_parser("eval", help="perplexity of a run's checkpoint on a split (JSON)")
@@ -345,8 +376,8 @@ def add_commands(commands):
     generate.add_argument("--max-new-tokens", type=int, default=40)
     generate.add_argument("--sampler", default="top_p", choices=tuple(SAMPLERS))
     generate.add_argument("--temperature", type=float, default=1.0, help="<= 0: greedy (as the exported signature)")
-    generate.add_argument("--top-k", type=int, default=50)
-    generate.add_argument("--top-p", type=float, default=0.9)
+    generate.add_argument("--top-k", type=int, default=50, help="with the top_k sampler: the tokens kept (>= 1)")
+    generate.add_argument("--top-p", type=float, default=0.9, help="with the top_p sampler: the mass kept, in (0, 1]")
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument(
         "--window",
@@ -393,4 +424,27 @@ def add_commands(commands):
         default=None,
         help="the most new tokens a generate request may ask for (default: 4096, or the model's context if longer)",
     )
+    export.add_argument(
+        "--batch-sizes",
+        type=_batch_sizes,
+        default=None,
+        metavar="N,N,...",
+        help="batch sizes the decoding loop is compiled for, as TF Serving's allowed_batch_sizes (default: 1,2,4,8)",
+    )
+    export.add_argument(
+        "--no-xla",
+        action="store_true",
+        help="decode without XLA, for a server that does not run it (TF Serving without --xla_cpu_compilation_enabled)",
+    )
     export.set_defaults(handler=_export)
+
+
+def _batch_sizes(text):
+    """`--batch-sizes`: comma-separated positive integers."""
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"must be positive integers separated by commas. Received: {text!r}")
+    return sizes

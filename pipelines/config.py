@@ -63,6 +63,8 @@ class TrainConfig:
     max_steps: int = 600
     eval_every: int = 200
     backup_every: int = 50
+    # The training series in TensorBoard every this many steps; unset: every `backup_every`.
+    log_every: Optional[int] = None
     # Runtime.
     # "auto": float32 or bfloat16 compute, and XLA or not (`jit`), chosen per machine (pipelines.kernel_path).
     precision: str = "auto"
@@ -130,6 +132,7 @@ class TrainConfig:
             )
         )
         checks.append(("lora_rank", self.lora_rank is None or self.lora_rank >= 1, "unset or a positive integer"))
+        checks.append(("log_every", self.log_every is None or self.log_every >= 1, "unset or a positive integer"))
         checks.append(("cpu_devices", self.cpu_devices is None or self.cpu_devices >= 1, "unset or a positive integer"))
         checks.append(("seed", self.seed >= 0, "a non-negative integer"))
         checks.append(("dataset", self.dataset in WIKITEXT_VARIANTS, f"one of {WIKITEXT_VARIANTS}"))
@@ -249,9 +252,17 @@ MODEL_OPTIONS = model_options()
 def _split_model_options(values, source):
     """`values` with the model options (top-level keys of a flat config) moved into `model_options`."""
     values = dict(values)
-    options = dict(values.pop("model_options", None) or {})
+    options = values.pop("model_options", None) or {}
+    if not isinstance(options, dict):
+        raise ValueError(f"Invalid config: `model_options` must be a mapping. Received: model_options={options!r}")
+    options = dict(options)
     for name in list(values):
         if name in MODEL_OPTIONS and name not in FIELDS:
+            if name in options:  # which of the two is meant is not for us to guess
+                raise ValueError(
+                    f"Invalid config: `{name}` is set both at the top level and under `model_options` in {source}: "
+                    f"set it once. Received: {name}={values[name]!r} and model_options.{name}={options[name]!r}"
+                )
             options[name] = values.pop(name)
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:

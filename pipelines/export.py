@@ -9,10 +9,11 @@ folder that looks complete. `<export_dir>/.export.lock` lets one export at
 a time write there; the next export deletes what killed ones left behind
 (and puts back a version that an interrupted `--overwrite` had moved aside).
 
-Signatures (all without XLA, which TF Serving on CPU does not enable). Every
-input of `generate` and `generate_text` has the batch on its first axis (one
-setting per row), so TF Serving's batcher can merge requests; a merged call
-gives each row what it gets alone (`pipelines.serving_requests` builds them):
+Signatures (`pipelines.serving_functions`; their decoding loop XLA-compiled for a few batch sizes,
+`pipelines.served_decoding`, which a TF Serving on CPU runs with `--xla_cpu_compilation_enabled=true`).
+Every input of `generate`, `prefill` and `generate_text` has the batch on its first axis (one setting per
+row), so TF Serving's batcher can merge requests; a merged call gives each row what it gets alone
+(`pipelines.serving_requests` builds them):
 
 - `serving_default(token_ids int32 [B, T])` -> `logits float32 [B, V]`: the
   next-token logits after the last position `T - 1` (not log-probabilities).
@@ -29,14 +30,23 @@ gives each row what it gets alone (`pipelines.serving_requests` builds them):
   with `-1`); `repetition_penalty` as transformers' (1 is off).
   `num_generated` counts a row's new tokens (its stop token included),
   `logprobs` is the log-probability of each under the model's own
-  distribution, 0 past `num_generated`. The decoding loop of
-  `keras_tfam.generation` runs in the graph, with the model's context: past
-  it, a sliding window, as `GPT2LM.generate`.
+  distribution, 0 past `num_generated`. Past the model's context, a sliding
+  window, as `GPT2LM.generate`.
+- `prefill` (the inputs of `generate`) -> the decoding state, named tensors
+  `state_*` of `[B, ...]`; `decode_chunk(state_*, num_tokens int32 [B])` ->
+  `token_ids int32 [B, num_tokens]` (each row's next new tokens, padding past
+  its end), `logprobs`, `finished bool [B]` and the next `state_*`: a client
+  streams by calling `decode_chunk` until every row is finished, and the
+  chunks concatenated are the new tokens of `generate`. Within the model's
+  context only.
 - `generate_text(prompts string [B], max_new_tokens, temperature, top_k, top_p,
-  seed, stop_token_ids, repetition_penalty)` -> `completions string [B]`,
-  `num_generated int32 [B]`: the tokenizer runs in the graph; each prompt is
-  read as following an end of line, as in training; a row also stops at the
-  tokenizer's end token, which is not detokenized.
+  seed, stop_token_ids, repetition_penalty, stop_strings string [B, S])` ->
+  `completions string [B]`, `num_generated int32 [B]`: the tokenizer runs in
+  the graph; each prompt is read as following an end of line, as in
+  training; a row also stops at the tokenizer's end token, which is not
+  detokenized, and at its `stop_strings` (`""` none): the completion is cut
+  before the first one, `num_generated` counts the tokens up to the one that
+  completed it.
 
 Each version holds `assets.extra/tf_serving_warmup_requests`
 (`pipelines.serving_warmup`), which TF Serving replays before serving it.
@@ -63,56 +73,20 @@ pipeline without an exact graph version is exported with those two only,
 and the export says why.
 """
 
-import contextlib
 import os
 import re
 import shutil
 import tempfile
 
-import numpy as np
 import tensorflow as tf
 
-from keras_tfam.generation import RepetitionPenalty, Sampling, TensorSampler, generate_graph, prompt_checks
-from keras_tfam.utils import check_positive_int
 from pipelines.errors import notice
 from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
 from pipelines.run_lock import RunLock
+from pipelines.served_decoding import DEFAULT_BATCH_SIZES
+from pipelines.serving_functions import GENERATE_SIGNATURE, ROW_SETTINGS, ServingFunctions, resolve_max_new_tokens_limit
 from pipelines.serving_warmup import write_warmup_requests
-
-# The settings of a `generate` request: one per row, so that TF Serving's batcher can merge requests
-# by concatenating every input along its first axis.
-_ROW_SETTINGS = dict(
-    max_new_tokens=tf.TensorSpec([None], tf.int32, name="max_new_tokens"),
-    temperature=tf.TensorSpec([None], tf.float32, name="temperature"),
-    top_k=tf.TensorSpec([None], tf.int32, name="top_k"),
-    top_p=tf.TensorSpec([None], tf.float32, name="top_p"),
-    seed=tf.TensorSpec([None], tf.int32, name="seed"),
-    stop_token_ids=tf.TensorSpec([None, None], tf.int32, name="stop_token_ids"),
-    repetition_penalty=tf.TensorSpec([None], tf.float32, name="repetition_penalty"),
-)
-_GENERATE_SIGNATURE = [
-    tf.TensorSpec([None, None], tf.int32, name="token_ids"),
-    tf.TensorSpec([None], tf.int32, name="lengths"),
-    *_ROW_SETTINGS.values(),
-]
-
-
-@contextlib.contextmanager
-def asserting(checks):
-    """Turns `(ok, message, values)` checks into graph assertions, each under the
-    previous ones, and runs the block under all of them.
-
-    A failed check fails the request with its message, values filled in
-    (`InvalidArgumentError` in TensorFlow, an error status in TF Serving).
-    """
-    with contextlib.ExitStack() as stack:
-        for ok, message, values in checks:
-            values = [tf.cast(v, tf.float32) if v.dtype.is_floating else v for v in map(tf.convert_to_tensor, values)]
-            text = tf.strings.format(message, values)
-            stack.enter_context(tf.control_dependencies([tf.debugging.Assert(ok, [text], summarize=-1)]))
-        yield
-
 
 # Where an export carries an imported checkpoint's tokenizer files (TF Serving leaves `assets.extra` alone).
 TOKENIZER_ASSETS = "assets.extra/tokenizer"
@@ -132,161 +106,42 @@ def resolve_version_dir(export_dir):
     return os.path.join(export_dir, str(max(versions, default=0) + 1))
 
 
-# `max_new_tokens` a `generate` request may ask for by default: the token buffer and (for a model
-# without a fixed context) the caches grow with it, so a request is bounded by what the export allows.
-DEFAULT_MAX_NEW_TOKENS = 4096
-
-
-def resolve_max_new_tokens_limit(model, limit=None):
-    """`limit`, checked; by default `DEFAULT_MAX_NEW_TOKENS`, or the model's context if longer."""
-    if limit is None:
-        return max(DEFAULT_MAX_NEW_TOKENS, getattr(model, "max_length", None) or 0)
-    return check_positive_int("max_new_tokens_limit", limit)
-
-
-class ServingFunctions:
-    """The exported computations, over a model of the generation protocol and a tokenizer."""
-
-    def __init__(self, model, tokenizer=None, max_new_tokens_limit=None):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_new_tokens_limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
-        # One traced decoding loop, which `generate_text` calls too (a second trace would double the
-        # export's time and the SavedModel's graphs).
-        self.generate_function = tf.function(self.generate, input_signature=_GENERATE_SIGNATURE, autograph=False)
-        # Traced now, outside any graph: `generate_text` calls this trace (asking for it from inside another
-        # function's graph would trace the loop again).
-        self.generate_trace = self.generate_function.get_concrete_function()
-
-    def _length_checks(self, max_new_tokens):
-        """Each row's `max_new_tokens` in `[1, limit]`: checked before anything of that size is allocated."""
-        limit = self.max_new_tokens_limit
-        worst = tf.gather(max_new_tokens, tf.argmax(tf.abs(max_new_tokens - (1 + limit) // 2)))
-        yield (
-            tf.reduce_all(tf.logical_and(max_new_tokens >= 1, max_new_tokens <= limit)),
-            f"`max_new_tokens` must be in [1, {limit}], the limit of this export (export with a larger "
-            "--max-new-tokens-limit for more). Received: max_new_tokens={}",
-            [worst],
-        )
-
-    def _row_checks(self, rows, settings):
-        """Every setting has one value per prompt (`rows`), each stop id is in the vocabulary or negative (none),
-        each repetition penalty is a finite number > 0."""
-        for name, value in settings.items():
-            count = tf.shape(value)[0]
-            yield (
-                tf.equal(count, rows),
-                f"`{name}` must hold one value per prompt ({{}} prompts). Received: {{}} values.",
-                [rows, count],
-            )
-        vocabulary = self.model.vocabulary_size
-        stop = settings["stop_token_ids"]
-        yield (
-            tf.reduce_all(stop < vocabulary),
-            f"`stop_token_ids` must be token ids in [0, {vocabulary}), or negative for none. Received: {{}}",
-            [tf.reduce_max(stop)],
-        )
-        penalty = settings["repetition_penalty"]
-        yield (
-            # The smallest normal float32, not 0: a subnormal penalty reads as 0 where the CPU flushes subnormals.
-            tf.reduce_all(tf.logical_and(tf.math.is_finite(penalty), penalty >= np.finfo(np.float32).tiny)),
-            "`repetition_penalty` must be a finite number > 0 (1 switches it off). Received: {}",
-            [tf.gather(penalty, tf.argmin(tf.where(tf.math.is_finite(penalty), penalty, -1.0)))],
-        )
-
-    def _id_checks(self, token_ids, lengths=None):
-        if lengths is None:
-            lengths = tf.fill([tf.shape(token_ids)[0]], tf.shape(token_ids)[1])
-        return prompt_checks(token_ids, lengths, 1, self.model.vocabulary_size)
-
-    def serving_default(self, token_ids):
-        with asserting(self._id_checks(token_ids)):
-            logits = self.model(token_ids, training=False)
-        return {"logits": tf.cast(logits[:, -1], tf.float32)}
-
-    def generate(
-        self, token_ids, lengths, max_new_tokens, temperature, top_k, top_p, seed, stop_token_ids, repetition_penalty
-    ):
-        settings = dict(zip(_ROW_SETTINGS, (max_new_tokens, temperature, top_k, top_p, seed)))
-        settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
-        rows = tf.shape(token_ids)[0]
-        max_new_tokens = settings["max_new_tokens"]
-        sampler = TensorSampler(settings["temperature"], settings["top_k"], settings["top_p"])
-        checks = prompt_checks(token_ids, lengths, max_new_tokens, self.model.vocabulary_size)
-        with asserting(self._row_checks(rows, settings)), asserting(self._length_checks(max_new_tokens)):
-            with asserting(checks), asserting(sampler.checks()):
-                outputs = generate_graph(
-                    self.model,
-                    token_ids,
-                    lengths,
-                    max_new_tokens,
-                    Sampling(sampler),
-                    settings["seed"],
-                    settings["stop_token_ids"],
-                    processors=(RepetitionPenalty(settings["repetition_penalty"]),),
-                    return_logprobs=True,
-                )
-                # Under the checks too: nothing of the requested size is allocated before they pass.
-                positions = lengths[:, None] + tf.range(tf.reduce_max(max_new_tokens))[None, :]
-                logprobs = tf.gather(outputs["logprobs"], positions, batch_dims=1)
-        return {"token_ids": outputs["token_ids"], "num_generated": outputs["num_generated"], "logprobs": logprobs}
-
-    def generate_text(
-        self, prompts, max_new_tokens, temperature, top_k, top_p, seed, stop_token_ids, repetition_penalty
-    ):
-        settings = dict(zip(_ROW_SETTINGS, (max_new_tokens, temperature, top_k, top_p, seed)))
-        settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
-        with asserting(self._length_checks(settings["max_new_tokens"])):
-            return self._generate_text(prompts, **settings)
-
-    def _generate_text(self, prompts, **settings):
-        tokenizer = self.tokenizer
-        ids = tokenizer.tokenize_prompt(prompts)
-        rows = ids.nrows(out_type=tf.int32)
-        start = tf.fill([rows, 1], tf.constant(tokenizer.eos_id, tf.int32))
-        ids = tf.concat([tf.RaggedTensor.from_tensor(start), tf.cast(ids, tf.int32)], axis=1)
-        lengths = tf.cast(ids.row_lengths(), tf.int32)
-        # Each row also stops at the end token, which is never detokenized.
-        end = tf.fill([rows, 1], tf.constant(tokenizer.eos_id, tf.int32))
-        settings = dict(settings, stop_token_ids=tf.concat([end, settings["stop_token_ids"]], axis=1))
-        generated = self.generate_trace(ids.to_tensor(), lengths, *(settings[name] for name in _ROW_SETTINGS))
-        positions = lengths[:, None] + tf.range(tf.reduce_max(settings["max_new_tokens"]))[None, :]
-        new_tokens = tf.gather(generated["token_ids"], positions, batch_dims=1)
-        count = generated["num_generated"]
-        last = tf.gather(new_tokens, tf.maximum(count - 1, 0), batch_dims=1)
-        kept = count - tf.cast(tf.logical_and(count > 0, tf.equal(last, tokenizer.eos_id)), tf.int32)
-        completions = tokenizer.detokenize(tf.RaggedTensor.from_tensor(new_tokens, lengths=kept))
-        return {"completions": completions, "num_generated": count}
-
-
 def ensure_built(model):
     """Builds a subclassed model that was only used through `generate` (its own `call` never ran)."""
     if not model.built:
         model(tf.zeros((1, 2), tf.int32), training=False)
 
 
-def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None):
-    """`(root, signatures)`: a `tf.Module` holding the model's variables and each signature's one trace.
+def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None, **decoding):
+    """`(root, signatures, warmup)`: a `tf.Module` holding the model's variables, each signature's one trace,
+    and the options of its warmup requests (`pipelines.serving_warmup.warmup_inputs`).
 
     The model itself is not tracked (only its variables are), so the save
     traces nothing of it again; each signature is a concrete function traced
     here, which `tf.saved_model.save` writes as it is.
     """
     ensure_built(model)
-    functions = ServingFunctions(model, tokenizer, max_new_tokens_limit)
+    functions = ServingFunctions(model, tokenizer, max_new_tokens_limit, **decoding)
     signatures = {
         "serving_default": tf.function(
             functions.serving_default,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")],
             autograph=False,
         ).get_concrete_function(),
-        "generate": functions.generate_trace,
     }
+    signatures["generate"] = tf.function(
+        functions.generate, input_signature=GENERATE_SIGNATURE, autograph=False
+    ).get_concrete_function()
+    signatures.update(prefill=functions.prefill_trace, decode_chunk=functions.decode_chunk_trace)
     root = tf.Module()
     if text_signature and tokenizer is not None:
         signatures["generate_text"] = tf.function(
             functions.generate_text,
-            input_signature=[tf.TensorSpec([None], tf.string, name="prompts"), *_ROW_SETTINGS.values()],
+            input_signature=[
+                tf.TensorSpec([None], tf.string, name="prompts"),
+                *ROW_SETTINGS.values(),
+                tf.TensorSpec([None, None], tf.string, name="stop_strings"),
+            ],
             autograph=False,
         ).get_concrete_function()
         # The tokenizer's lookup tables, which the text signature reads (as Keras' `ExportArchive` tracks them).
@@ -301,7 +156,8 @@ def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None):
     root.model_variables = list(variables.values())
     for name, function in signatures.items():
         setattr(root, name, function)
-    return root, signatures
+    warmup = dict(batch_sizes=functions.decoding.batch_sizes or (1,), context=model.max_length)
+    return root, signatures, warmup
 
 
 def text_export_dir(export_dir):
@@ -309,12 +165,22 @@ def text_export_dir(export_dir):
     return os.path.abspath(export_dir).rstrip(os.sep) + "-text"
 
 
-def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tokens_limit=None):
+def export_model(
+    model,
+    export_dir,
+    tokenizer=None,
+    overwrite=False,
+    max_new_tokens_limit=None,
+    batch_sizes=DEFAULT_BATCH_SIZES,
+    jit_compile=True,
+):
     """Writes the SavedModel to `export_dir` (TF Serving layout); returns the version path.
 
     `max_new_tokens_limit` bounds the `max_new_tokens` of a `generate`
     request (default: `DEFAULT_MAX_NEW_TOKENS`, or the model's context if
     longer); a larger request fails with a clear error before allocating.
+    `batch_sizes` and `jit_compile`: how `generate` compiles its loop
+    (`pipelines.served_decoding.ServedDecoding`).
 
     A tokenizer whose graph needs ops outside core TensorFlow (BPE, an
     imported checkpoint's) gets its `generate_text` model written to
@@ -323,6 +189,7 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
     by any TensorFlow.
     """
     limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
+    decoding = dict(batch_sizes=batch_sizes, jit_compile=jit_compile)
     files = None
     if tokenizer is not None and tokenizer.kind == "huggingface":
         files = {f"{TOKENIZER_ASSETS}/{os.path.basename(name)}": data for name, data in tokenizer.files().items()}
@@ -331,7 +198,7 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
             f"the tokenizer has no graph version ({tokenizer.not_in_graph}); the export serves token ids, "
             f"with the tokenizer's files in <version>/{TOKENIZER_ASSETS}/"
         )
-        archive = _archive(model, tokenizer, text_signature=False, max_new_tokens_limit=limit)
+        archive = _archive(model, tokenizer, text_signature=False, max_new_tokens_limit=limit, **decoding)
         return _export(archive, export_dir, overwrite, files)
     split_text = not core_ops_only(tokenizer)
     if split_text:
@@ -339,16 +206,16 @@ def export_model(model, export_dir, tokenizer=None, overwrite=False, max_new_tok
         text_planned = os.path.join(text_export_dir(os.path.dirname(planned)), os.path.basename(planned))
         if os.path.exists(text_planned) and not overwrite:
             raise FileExistsError(f"Export {text_planned!r} exists already; pass --overwrite to replace it")
-    archive = _archive(model, tokenizer, text_signature=not split_text, max_new_tokens_limit=limit)
+    archive = _archive(model, tokenizer, text_signature=not split_text, max_new_tokens_limit=limit, **decoding)
     target = _export(archive, export_dir, overwrite, files)
     if split_text:
         text_target = os.path.join(text_export_dir(os.path.dirname(target)), os.path.basename(target))
-        _export(_archive(model, tokenizer, max_new_tokens_limit=limit), text_target, overwrite)
+        _export(_archive(model, tokenizer, max_new_tokens_limit=limit, **decoding), text_target, overwrite)
     return target
 
 
 def _export(archive, export_dir, overwrite, extra_files=None):
-    """Writes one version of `archive` (`(root, signatures)`) under `export_dir`, holding the folder's export lock."""
+    """Writes one version of `archive` (`_archive`) under `export_dir`, holding the folder's export lock."""
     target = resolve_version_dir(export_dir)
     if os.path.exists(target) and not overwrite:
         raise FileExistsError(f"Export {target!r} exists already; pass --overwrite to replace it")
@@ -373,10 +240,10 @@ def _readable_by_all(path):
 
 
 def save_archive(archive, path):
-    """Writes `archive`, `(root, signatures)`, as a SavedModel at `path`, with TF Serving warmup requests."""
-    root, signatures = archive
+    """Writes `archive` (`_archive`) as a SavedModel at `path`, with TF Serving warmup requests."""
+    root, signatures, warmup = archive
     tf.saved_model.save(root, path, signatures=signatures)
-    write_warmup_requests(path, sorted(signatures))
+    write_warmup_requests(path, sorted(signatures), **warmup)
 
 
 def _write_version(archive, target, extra_files=None):

@@ -31,6 +31,39 @@ def describe_holder(holder):
     return text + (f" ({command})" if command else "")
 
 
+def lock_holder(directory, name=".lock"):
+    """The record of the process holding `RunLock(directory, name)` now (`{}` if it has not written it yet),
+    or None when the lock is free.
+
+    Only a lock file left in place is probed, with a shared lock taken and
+    dropped at once: a free directory is never locked.
+    """
+    path = os.path.join(directory, name)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_record(fd) or {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_record(fd):
+    """The holder's record in a lock file (None if it is empty or damaged)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = os.read(fd, 1 << 16)
+    try:
+        return json.loads(data.decode("utf-8")) if data.strip() else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
 class RunLock:
     """An exclusive, non-blocking lock on a directory, held for the life of a process.
 
@@ -63,14 +96,6 @@ class RunLock:
         self._fd = None
         self._created = False
 
-    def _read(self, fd):
-        os.lseek(fd, 0, os.SEEK_SET)
-        data = os.read(fd, 1 << 16)
-        try:
-            return json.loads(data.decode("utf-8")) if data.strip() else None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return None
-
     def acquire(self):
         self._created = not os.path.isdir(self.directory)
         os.makedirs(self.directory, exist_ok=True)
@@ -79,7 +104,7 @@ class RunLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = self._read(fd)
+                holder = _read_record(fd)
                 os.close(fd)
                 raise RunInUse(
                     f"{self.directory} is in use by {describe_holder(holder)}. One process at a time: wait "
@@ -94,7 +119,7 @@ class RunLock:
             if same:
                 break
             os.close(fd)
-        previous = self._read(fd)
+        previous = _read_record(fd)
         if previous is not None:
             same_host = previous.get("host") == socket.gethostname()
             gone = same_host and not _pid_running(int(previous.get("pid") or 0))

@@ -1,4 +1,5 @@
-"""Requests for the exported `generate` and `generate_text` signatures, as a client builds them.
+"""Requests for the exported `generate`, `prefill`, `decode_chunk` and `generate_text` signatures, as a client
+builds them.
 
 NumPy only (a client needs neither TensorFlow nor keras_tfam to build one): every setting has one value per
 prompt, as the signatures take them, so that TF Serving's batcher can merge requests.
@@ -52,8 +53,23 @@ def generate_request(prompts, max_new_tokens, stop_token_ids=None, **settings):
     return request
 
 
-def generate_text_request(prompts, max_new_tokens, stop_token_ids=None, **settings):
-    """The inputs of `generate_text` for a list of prompt strings."""
+def generate_text_request(prompts, max_new_tokens, stop_token_ids=None, stop_strings=None, **settings):
+    """The inputs of `generate_text` for a list of prompt strings; `stop_strings` the same strings for every
+    row, or one list per row (empty strings pad rows with fewer; none at all is one column of `""`)."""
+    rows = len(prompts)
     request = {"prompts": np.array(prompts, object)}
-    request.update(row_settings(len(prompts), max_new_tokens, stop_token_ids, **settings))
+    request.update(row_settings(rows, max_new_tokens, stop_token_ids, **settings))
+    stop = [] if stop_strings is None else list(stop_strings)
+    if not stop or isinstance(stop[0], str):  # the same strings for every row
+        stop = [stop] * rows
+    width = max(1, max(len(row) for row in stop))
+    request["stop_strings"] = np.array([list(row) + [""] * (width - len(row)) for row in stop], object)
     return request
+
+
+def decode_chunk_request(state, num_tokens):
+    """The inputs of `decode_chunk`: the `state_*` outputs of `prefill` (or of the last `decode_chunk`) and the
+    number of new tokens to decode, for every row."""
+    state = {name: value for name, value in state.items() if name.startswith("state_")}
+    rows = len(next(iter(state.values())))
+    return dict(state, num_tokens=np.full((rows,), num_tokens, np.int32))

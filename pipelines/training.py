@@ -7,12 +7,22 @@ Run directory layout (`--out RUN`):
     RUN/kernel_path.json         XLA or oneDNN, float32 or bfloat16: chosen once, kept by a resumed run
     RUN/tokenizer/               the tokenizer, trained on the train split
     RUN/cache/<split>-<key>.npy  the tokenized splits, keyed by the tokenizer and the text
-    RUN/backup/                  BackupAndRestore state: rerunning the command resumes
+    RUN/backup/                  the last backups (step-N.weights.h5): rerunning the command resumes
     RUN/checkpoints/best.keras   the model with the best validation loss (+ best.json)
     RUN/checkpoints/final.keras  the model at the end of training (+ final.json)
     RUN/logs/                    TensorBoard (train/, validation/)
     RUN/summary.json             the results
     RUN/export/<version>/        the SavedModel for TF Serving (or --export-dir; none with --export off)
+
+A step is one optimizer update everywhere (`pipelines.step_schedule`):
+`--max-steps` of them, a backup after every `--backup-every`, a validation
+after every `--eval-every`, the training series after every log interval
+(each also at the end), whatever the values and the gradient accumulation.
+Rerunning the command resumes from the last backup, on the data stream at
+the backup's step: a killed run ends with the weights of an uninterrupted
+one. A larger `--max-steps` extends a run, finished or not, the same way
+(the learning rate follows the new `--max-steps`' schedule from there); a
+smaller one than the step reached is refused.
 
 Every file is written atomically and checked when it is read back (see
 `pipelines.files`); a damaged one is reported by name, with what is done
@@ -32,15 +42,7 @@ import tensorflow as tf
 from keras_tfam.losses import TokenCrossEntropy
 from keras_tfam.models import from_huggingface
 from keras_tfam.models.presets import get_preset
-from pipelines.callbacks import (
-    BestCheckpoint,
-    FaultPoints,
-    GlobalStepTensorBoard,
-    ModelScalars,
-    PerplexityEvaluator,
-    SafeBackupAndRestore,
-    ThroughputMonitor,
-)
+from pipelines.callbacks import BestCheckpoint, PerplexityEvaluator, SafeBackupAndRestore
 from pipelines.checkpoints import load_checkpoint, save_checkpoint
 from pipelines.data.lm_stream import lm_dataset, stateful_lm_dataset
 from pipelines.errors import CorruptFileError, notice
@@ -52,12 +54,25 @@ from pipelines.kernel_path import choose_kernel_path, describe, training_step_se
 from pipelines.optimizer import GlobalClipAdamW
 from pipelines.run_data import cached_tokens, run_tokenizer, save_tokenizer, split_text
 from pipelines.run_lock import RunLock
+from pipelines.step_schedule import StepSchedule
 from pipelines.strategy import choose_strategy, configure_cpu_devices, is_chief, worker_dir
+from pipelines.training_log import FaultPoints, ModelScalars, StepProfiler, ThroughputMonitor
+from pipelines.training_summary import format_summary, protocol_label  # noqa: F401 - `tfam train` prints it
 
 # The kernel path a run started with, kept for its resumption (pipelines.kernel_path).
 KERNEL_PATH_FILE = "kernel_path.json"
 # Fields that may differ between a run and its resumption.
-_RESUMABLE = {"max_steps", "out", "export", "export_dir", "profile_steps", "samples", "sample_tokens", "data_dir"}
+_RESUMABLE = {
+    "max_steps",
+    "log_every",
+    "out",
+    "export",
+    "export_dir",
+    "profile_steps",
+    "samples",
+    "sample_tokens",
+    "data_dir",
+}
 
 
 def _kernel_path(run_dir, config, strategy, vocabulary_size):
@@ -126,6 +141,21 @@ def _check_run_config(run_dir, config):
     return False
 
 
+def _check_max_steps(config, backup):
+    """Refuses a `max_steps` below the step the run's backup has reached; returns that step (0: none).
+
+    A larger `max_steps` extends the run: it goes on from the backup's step on the same stream.
+    """
+    start = backup.restorable_step()
+    if config.max_steps < start:
+        path = os.path.join(backup.backup_dir, backup.restorable()["weights"])
+        raise ValueError(
+            f"`--max-steps` must be at least {start}, the step this run has reached ({path}): a run is extended, "
+            f"never shortened (for fewer steps, use another --out). Received: max_steps={config.max_steps}"
+        )
+    return start
+
+
 def check_sequence_length(model, sequence_length):
     """Raises a `ValueError` if `sequence_length` exceeds the context the model knows (`max_length`)."""
     if model.max_length is not None and sequence_length > model.max_length:
@@ -133,6 +163,18 @@ def check_sequence_length(model, sequence_length):
             f"`sequence_length` must be at most the model's context of {model.max_length} positions (max_length: "
             f"the context it was trained on, or its learned positions). Received: sequence_length={sequence_length}"
         )
+
+
+def build_losses(model, sequence_length):
+    """Builds a compiled model's loss and metrics on a batch of ids, in the strategy's scope.
+
+    Under a distribution strategy, Keras builds whatever is unbuilt from the
+    first batch averaged across replicas, which turns token ids into floats.
+    """
+    ids = np.zeros((1, sequence_length), np.int32)
+    predictions = model(ids, training=False)
+    model.compute_loss(x=ids, y=ids, y_pred=predictions, training=False)
+    model.compute_metrics(ids, ids, predictions, sample_weight=None)
 
 
 def build_model(config, vocabulary_size):
@@ -180,12 +222,14 @@ def build_optimizer(config):
     output head; decaying it pulls rare-word logits to zero).
     """
     warmup = min(config.warmup_steps, config.max_steps)
+    # Keras' schedules count batches, and a step is `accumulation` of them.
+    accumulation = config.gradient_accumulation_steps
     schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0 if warmup else config.learning_rate,
-        decay_steps=max(1, config.max_steps - warmup),
+        decay_steps=max(1, config.max_steps - warmup) * accumulation,
         alpha=config.min_learning_rate_ratio,
         warmup_target=config.learning_rate if warmup else None,
-        warmup_steps=warmup,
+        warmup_steps=warmup * accumulation,
     )
     optimizer = GlobalClipAdamW(
         learning_rate=schedule,
@@ -205,15 +249,6 @@ def stateful_stream(config):
     """Whether the config's model reads a stateful stream (its class says so: `stateful_stream`)."""
     model_class, _ = get_preset(config.model)
     return bool(getattr(model_class, "stateful_stream", False))
-
-
-def protocol_label(config):
-    if config.train_split == "train":
-        return f"WikiText-2 {config.eval_split} split"
-    return (
-        f"mini protocol: trained on {config.train_split}, evaluated on {config.eval_split} "
-        "(not WikiText-2 test perplexity)"
-    )
 
 
 def train(config):
@@ -239,6 +274,17 @@ def _train_locked(config, strategy, run_dir):
     # Data first: a missing split fails before any model work.
     train_lines, eval_lines = (split_text(config, split) for split in (config.train_split, config.eval_split))
     new_run = _check_run_config(run_dir, config)
+    backup = SafeBackupAndRestore(backup_dir, delete_checkpoint=False, by_step=True)
+    start = _check_max_steps(config, backup)
+    schedule = StepSchedule(
+        config.max_steps,
+        config.backup_every,
+        config.eval_every,
+        config.log_every,
+        config.gradient_accumulation_steps,
+        start,
+    )
+    backup.schedule = schedule
     keras.utils.set_random_seed(config.seed)
     tokenizer, new_tokenizer = run_tokenizer(run_dir, config, train_lines)
     kernel_path = with_cpu_settings(_kernel_path(run_dir, config, strategy, tokenizer.vocabulary_size))
@@ -248,9 +294,6 @@ def _train_locked(config, strategy, run_dir):
 
     replicas = strategy.num_replicas_in_sync
     global_batch = config.batch_size * replicas
-    steps_per_epoch = math.gcd(config.backup_every, config.max_steps)
-    epochs = config.max_steps // steps_per_epoch
-    validation_every = max(1, config.eval_every // steps_per_epoch)
     stateful = stateful_stream(config)
     if stateful and replicas > 1:
         raise ValueError(
@@ -270,6 +313,8 @@ def _train_locked(config, strategy, run_dir):
             loss=TokenCrossEntropy(),  # Keras' sparse cross-entropy, one pass each way over the logits
             jit_compile=jit,
         )
+        if strategy.num_replicas_in_sync > 1:
+            build_losses(model, config.sequence_length)
     if new_run:
         atomic_write_json(os.path.join(run_dir, "config.json"), config.to_dict())
     atomic_write_json(os.path.join(run_dir, KERNEL_PATH_FILE), kernel_path)
@@ -278,16 +323,13 @@ def _train_locked(config, strategy, run_dir):
     train_tokens = cached_tokens(run_dir, tokenizer, train_lines, config.train_split)
     eval_tokens = cached_tokens(run_dir, tokenizer, eval_lines, config.eval_split)
 
-    backup = SafeBackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False)
-    restored = backup.restorable()
-    initial_epoch = restored["epoch"] if restored else 0
-    # Resume the data stream where the backup left it.
+    # Resume the data stream where the backup left it: the batches of its steps are skipped.
     if stateful:
         # Consecutive batches continue each other's rows (the model carries a
         # memory across them, restored with the backup): not shuffled.
         train_data = stateful_lm_dataset(
             train_tokens, config.sequence_length, global_batch, tokenizer.eos_id, repeat=True
-        ).skip(initial_epoch * steps_per_epoch)
+        ).skip(schedule.skipped_batches)
         eval_data = stateful_lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
     else:
         train_data = lm_dataset(
@@ -299,7 +341,7 @@ def _train_locked(config, strategy, run_dir):
             seed=config.seed,
             drop_remainder=True,
             repeat=True,
-        ).skip(initial_epoch * steps_per_epoch)
+        ).skip(schedule.skipped_batches)
         eval_data = lm_dataset(eval_tokens, config.sequence_length, global_batch, tokenizer.eos_id)
 
     log_dir = os.path.join(run_dir, "logs")
@@ -316,40 +358,37 @@ def _train_locked(config, strategy, run_dir):
             texts.append(f"**{words}** {completion}")
         return texts
 
-    throughput = ThroughputMonitor(global_batch * config.sequence_length, log_dir)
+    throughput = ThroughputMonitor(global_batch * config.sequence_length, log_dir, schedule, progress=True)
     evaluator = PerplexityEvaluator(
         eval_data,
         text_units(tokenizer.kind, eval_lines),
         strategy,
-        validation_every,
+        schedule,
         log_dir,
         sampler=samples if config.samples else None,
     )
     best_path = os.path.join(checkpoint_dir, "best.keras")
     best = BestCheckpoint(best_path)
-    profile = tuple(int(s) for s in config.profile_steps.split(",")) if config.profile_steps else 0
-    callbacks = [
-        throughput,
-        evaluator,
-        best,
-        backup,
-        keras.callbacks.TerminateOnNaN(),
-        GlobalStepTensorBoard(log_dir, update_freq="epoch", write_graph=False, profile_batch=profile),
-    ]
+    # Each callback acts at the steps `schedule` says; Keras' progress bar would count epochs and batches.
+    callbacks = [throughput, evaluator, best, backup, keras.callbacks.TerminateOnNaN()]
+    if config.profile_steps:
+        first, last = (int(s) for s in config.profile_steps.split(","))
+        callbacks.append(StepProfiler(os.path.join(log_dir, "train"), first, last, schedule))
     if hasattr(model, "summary_scalars"):
-        callbacks.append(ModelScalars(log_dir))
-    callbacks.append(FaultPoints())  # last: see FaultPoints
+        callbacks.append(ModelScalars(log_dir, schedule))
+    callbacks.append(FaultPoints(schedule.accumulation))  # last: see FaultPoints
     # The stream is shuffled already (with the seed, resumably).
-    fit_arguments = dict(initial_epoch=initial_epoch, shuffle=False)
+    fit_arguments = dict(initial_epoch=schedule.initial_epoch, shuffle=False, verbose=0)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        history = fit_multi_worker(model, strategy, train_data, callbacks, epochs, steps_per_epoch, **fit_arguments)
+        history = fit_multi_worker(
+            model, strategy, train_data, callbacks, schedule.epochs, schedule.batches_per_epoch, **fit_arguments
+        )
     else:
         history = model.fit(
             train_data,
-            epochs=epochs,
-            steps_per_epoch=steps_per_epoch,
+            epochs=schedule.epochs,
+            steps_per_epoch=schedule.batches_per_epoch,
             callbacks=callbacks,
-            verbose="auto",
             **fit_arguments,
         )
     steps = int(model.optimizer.iterations.numpy())
@@ -362,6 +401,8 @@ def _train_locked(config, strategy, run_dir):
     else:
         evaluator.set_model(model)
         result = evaluator.evaluate()
+        if steps > schedule.start and not stopped_on_nan:
+            evaluator.record(result, steps)  # into TensorBoard like the others
         if not stopped_on_nan:
             # The final evaluation is a validation result like the others.
             best.set_model(model)
@@ -372,7 +413,7 @@ def _train_locked(config, strategy, run_dir):
         exported = model
         if os.path.isfile(best_path):
             try:
-                exported = load_checkpoint(best_path)
+                exported = load_checkpoint(best_path, compile=False)
             except CorruptFileError as error:
                 notice(f"{error}: exporting the final model instead")
         export_dir = config.export_dir or os.path.join(run_dir, "export")
@@ -380,7 +421,7 @@ def _train_locked(config, strategy, run_dir):
     summary = {
         "steps": steps,
         "max_steps": config.max_steps,
-        "resumed_from_step": initial_epoch * steps_per_epoch,
+        "resumed_from_step": schedule.start,
         "replicas": replicas,
         "jit_compile": jit,
         "kernel_path": kernel_path,
@@ -396,34 +437,3 @@ def _train_locked(config, strategy, run_dir):
     }
     atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
     return summary
-
-
-def format_summary(summary):
-    v = summary["validation"]
-    rate = summary["tokens_per_second"]
-    if "bits_per_character" in v:
-        # A character stream has no words: bits per character is its measure.
-        quality = (
-            f"  loss {v['loss']:.4f} nats/char   bits per character {v['bits_per_character']:.4f}   "
-            f"char perplexity {v['token_perplexity']:.2f}   ({v['characters']} characters; a character-level "
-            "run is measured per character, not per word)"
-        )
-    else:
-        quality = (
-            f"  loss {v['loss']:.4f} nats/token   token perplexity {v['token_perplexity']:.2f}   "
-            f"word perplexity {v['word_perplexity']:.2f}   ({v['tokens']} tokens, {v['words']} words)"
-        )
-    lines = [
-        "=" * 72,
-        f"tfam train: {summary['steps']} steps on {summary['replicas']} replica(s)"
-        + (f" (resumed at step {summary['resumed_from_step']})" if summary["resumed_from_step"] else "")
-        + (" -- STOPPED: loss became NaN" if summary["stopped_on_nan"] else ""),
-        f"validation ({summary['protocol']}):",
-        quality,
-        f"throughput: {rate:.0f} tokens/s (median over epochs)" if rate else "throughput: n/a (no epoch ran)",
-        f"best checkpoint: {summary['best_checkpoint']}",
-        f"export: {summary['export']}",
-        f"TensorBoard: tensorboard --logdir {summary['logs']}",
-        "=" * 72,
-    ]
-    return "\n".join(lines)

@@ -5,6 +5,7 @@ import gc
 import weakref
 
 import keras
+import numpy as np
 
 from keras_tfam.keras_compat import FreesDeletedVariables, give_own_dtype_policy
 
@@ -71,3 +72,37 @@ def test_frees_deleted_variables_untracks_without_a_collection_and_frees_the_buf
     assert 2 not in _collections_while(lambda: delattr(layer, "table"))
     assert layer.weights == [] and not hasattr(layer, "table")
     assert reference() is None  # no cycle held it: freed with its last reference
+
+
+def _quantized_dense_with_trained_factors(cls):
+    keras.utils.set_random_seed(0)
+    layer = cls(8)
+    layer.build((None, 16))
+    layer.quantize("int8")
+    layer.enable_lora(2)
+    layer.lora_kernel_b.assign(keras.random.normal((2, 8), seed=1))  # as if trained
+    return layer
+
+
+def _saved_and_loaded(layer, path):
+    inputs = keras.Input((16,))
+    keras.Model(inputs, layer(inputs)).save(path)
+    return keras.saving.load_model(path).layers[-1]
+
+
+def test_keras_saves_a_quantized_layer_with_factors_merged_and_quantized_again(tmp_path):
+    # Why `SavesQuantizedLora` exists: the loaded layer is another layer than the one saved.
+    layer = _quantized_dense_with_trained_factors(keras.layers.Dense)
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype("float32")
+    loaded = _saved_and_loaded(layer, str(tmp_path / "keras.keras"))
+    assert np.abs(np.asarray(loaded(x)) - np.asarray(layer(x))).max() > 1e-4
+
+
+def test_saves_quantized_lora_keeps_the_weights_and_the_factors_as_they_are(tmp_path):
+    from keras_tfam.layers import Dense
+
+    layer = _quantized_dense_with_trained_factors(Dense)
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype("float32")
+    loaded = _saved_and_loaded(layer, str(tmp_path / "ours.keras"))
+    assert loaded.lora_enabled and loaded.lora_rank == 2 and loaded.quantization_mode == "int8"
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(layer(x)))

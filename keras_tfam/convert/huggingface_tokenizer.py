@@ -22,8 +22,10 @@ import json
 import os
 import shutil
 
-# The files of a tokenizer directory, copied by `save_to_preset`.
-FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json")
+from keras_tfam.models.preset_directory import TOKENIZER_FILES
+
+# The files of a tokenizer directory, copied by `save_to_preset` (and removed by a preset saved without them).
+FILES = TOKENIZER_FILES
 
 
 def _token_content(token):

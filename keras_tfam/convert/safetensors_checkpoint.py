@@ -117,7 +117,8 @@ def assign_tensors(mapping, tensors, rename=lambda name: name, ignore=lambda nam
         ignore: the (renamed) names to skip (buffers, a tied head).
         source: what the tensors come from, in error messages (a dict's).
 
-    Every error names the tensor, and the file where it comes from one.
+    Every error names the tensor, and the file where it comes from one; a
+    float tensor holding a NaN or an infinity is refused.
     """
     if isinstance(tensors, SafetensorsCheckpoint):
         checkpoint, source = tensors, f"the checkpoint in {tensors.directory!r}"
@@ -131,6 +132,7 @@ def assign_tensors(mapping, tensors, rename=lambda name: name, ignore=lambda nam
         raise ValueError(f"Tensors of {source} do not match the model. Missing: {missing}. Unexpected: {unexpected}.")
     for name in sorted(names, key=lambda name: where(names[name])):
         value = read(names[name])
+        check_finite(value, f"Tensor {names[name]!r} in {where(names[name])}")
         for variable, transform in mapping[name]:
             part = value if transform is None else transform(value)
             if tuple(part.shape) != tuple(variable.shape):
@@ -140,6 +142,20 @@ def assign_tensors(mapping, tensors, rename=lambda name: name, ignore=lambda nam
                 )
             fill(variable, np.asarray(part, dtype=_numpy_dtype(variable)))
         del value
+
+
+def check_finite(value, what):
+    """A `ValueError` naming `what` when the float array `value` holds a NaN or an infinity."""
+    value = np.asarray(value)
+    if value.dtype.kind not in "fc" and value.dtype != ml_dtypes.bfloat16:
+        return
+    finite = np.isfinite(value.astype(np.float32) if value.dtype == ml_dtypes.bfloat16 else value)
+    if not finite.all():
+        first = tuple(int(i) for i in np.argwhere(~finite)[0])
+        raise ValueError(
+            f"{what} holds {int(finite.size - finite.sum())} NaN or infinite value(s) (the first at index {first}): "
+            "the checkpoint is damaged; download or save it again"
+        )
 
 
 def _numpy_dtype(variable):

@@ -40,7 +40,7 @@ from keras_tfam.generation.samplers import (
 )
 from keras_tfam.generation.scoring import windowed_logits
 from keras_tfam.generation.search import BeamSearch, Sampling
-from keras_tfam.generation.serving import generate_graph
+from keras_tfam.generation.serving import ServingLoop, generate_graph
 
 __all__ = [
     "BeamSearch",
@@ -67,6 +67,7 @@ __all__ = [
     "TopKSampler",
     "TopPSampler",
     "check_protocol",
+    "ServingLoop",
     "generate_graph",
     "get_sampler",
     "prompt_checks",

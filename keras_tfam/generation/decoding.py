@@ -277,10 +277,11 @@ class DecodingLoop:
             ended = ends_stop_sequence(tokens, index, prompt_lengths, self.stop_sequences)
             state["done"] = ops.logical_or(state["done"], ops.logical_and(generated, ended))
         if self.logprobs:
-            scores = ops.log_softmax(raw, axis=-1)
+            # log_softmax at the chosen ids only: each one's logit less its row's logsumexp.
             if origin is not None:
-                scores = ops.take(scores, origin, axis=0)
-            chosen_scores = ops.take_along_axis(scores, ops.maximum(chosen, 0)[:, None], axis=1)[:, 0]
+                raw = ops.take(raw, origin, axis=0)
+            chosen_logits = ops.take_along_axis(raw, ops.maximum(chosen, 0)[:, None], axis=1)[:, 0]
+            chosen_scores = chosen_logits - ops.logsumexp(raw, axis=-1)
             column = ops.where(generated, chosen_scores, 0.0)
             state["logprobs"] = ops.slice_update(state["logprobs"], (0, index), column[:, None])
         state["num_generated"] = state["num_generated"] + ops.cast(generated, "int32")

@@ -147,9 +147,15 @@ class RepetitionPenalty(LogitsProcessor):
 
     def __call__(self, logits, context):
         penalty = per_row(self.penalty)
-        present = token_counts(context, logits.shape[-1]) > 0
-        penalized = ops.where(logits < 0, logits * penalty, logits / penalty)
-        return ops.where(present, penalized, logits)
+
+        def penalized():
+            present = token_counts(context, logits.shape[-1]) > 0
+            return ops.where(present, ops.where(logits < 0, logits * penalty, logits / penalty), logits)
+
+        if isinstance(self.penalty, (int, float)):
+            return penalized()
+        # Per-row tensors (a serving signature's): nothing to count when every row's penalty is 1.
+        return ops.cond(ops.any(ops.not_equal(penalty, 1.0)), penalized, lambda: logits)
 
     def cache_key(self):
         return ("repetition_penalty", self.penalty)

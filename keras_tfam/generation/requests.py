@@ -159,6 +159,9 @@ def prepare_request(
     max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
     vocabulary = output_vocabulary_size(model)
     pad_token_id = check_token_id("pad_token_id", pad_token_id, vocabulary)
+    if not isinstance(jit_compile, (bool, np.bool_)):
+        raise ValueError(f"`jit_compile` must be True or False. Received: jit_compile={jit_compile!r}")
+    jit_compile = bool(jit_compile)
     if stop_token_ids is None or is_integer(stop_token_ids):  # one id, or none
         stop_token_ids = [] if stop_token_ids is None else [stop_token_ids]
     if not isinstance(stop_token_ids, (list, tuple, np.ndarray)):

@@ -339,20 +339,32 @@ class TensorSampler(Sampler):
 
         temperature, top_k, top_p = column(self.temperature), column(self.top_k), column(self.top_p)
         greedy = first_argmax(logits)
-        scaled = logits / ops.maximum(temperature, 1e-6)
-        k = ops.where(top_k > 0, ops.minimum(top_k, vocabulary), vocabulary)
-        sorted_logits = ops.flip(ops.sort(scaled, axis=-1), axis=-1)
-        kth = ops.take_along_axis(sorted_logits, k - 1, axis=-1)
-        scaled = ops.where(scaled < kth, float("-inf"), scaled)
-        sorted_logits = ops.where(ops.arange(vocabulary)[None, :] < k, sorted_logits, float("-inf"))
-        probabilities = ops.softmax(sorted_logits, axis=-1)
-        mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
-        kept = ops.sum(ops.cast(mass_before < top_p, "int32"), axis=-1, keepdims=True)
-        cutoff = ops.take_along_axis(sorted_logits, ops.maximum(kept, 1) - 1, axis=-1)
-        scaled = ops.where(scaled < cutoff, float("-inf"), scaled)
-        if self.min_p is not None:
-            scaled = min_p_filter(scaled, column(self.min_p))
-        return ops.where(temperature[:, 0] > 0, sample_from_logits(scaled, key), greedy)
+        sampled = temperature[:, 0] > 0
+
+        def truncated(scaled):
+            """`scaled` less the tokens past each row's top-k and outside its top-p mass (one sort)."""
+            k = ops.where(top_k > 0, ops.minimum(top_k, vocabulary), vocabulary)
+            sorted_logits = ops.flip(ops.sort(scaled, axis=-1), axis=-1)
+            kth = ops.take_along_axis(sorted_logits, k - 1, axis=-1)
+            scaled = ops.where(scaled < kth, float("-inf"), scaled)
+            sorted_logits = ops.where(ops.arange(vocabulary)[None, :] < k, sorted_logits, float("-inf"))
+            probabilities = ops.softmax(sorted_logits, axis=-1)
+            mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
+            kept = ops.sum(ops.cast(mass_before < top_p, "int32"), axis=-1, keepdims=True)
+            cutoff = ops.take_along_axis(sorted_logits, ops.maximum(kept, 1) - 1, axis=-1)
+            return ops.where(scaled < cutoff, float("-inf"), scaled)
+
+        def draw():
+            scaled = logits / ops.maximum(temperature, 1e-6)
+            # The sort only where a sampled row filters (a greedy row's settings do not count).
+            filters = ops.logical_and(sampled[:, None], ops.logical_or(top_k > 0, top_p < 1.0))
+            scaled = ops.cond(ops.any(filters), lambda: truncated(scaled), lambda: scaled)
+            if self.min_p is not None:
+                scaled = min_p_filter(scaled, column(self.min_p))
+            return ops.where(sampled, sample_from_logits(scaled, key), greedy)
+
+        # A greedy batch draws nothing: its step is the argmax alone.
+        return ops.cond(ops.any(sampled), draw, lambda: greedy)
 
 
 SAMPLERS = {

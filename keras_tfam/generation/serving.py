@@ -2,11 +2,77 @@
 
 from keras import ops
 
-from keras_tfam.generation.decoding import decode, decoding_variables, plan_decoding
+from keras_tfam.generation.decoding import DecodingLoop, decoding_variables, plan_decoding
 from keras_tfam.generation.generator import loop_rows
 from keras_tfam.generation.prompts import pack_prompts
 from keras_tfam.generation.protocol import check_protocol
 from keras_tfam.generation.requests import resolve_engine, resolve_window
+from keras_tfam.utils import static_dim
+
+
+class ServingLoop:
+    """The decoding loop on tensors of any (dynamic) shape, in the parts an exported signature holds apart.
+
+    `start` packs the prompts and runs the prefill, whose length depends on
+    the values of `lengths`; `run` advances the state it returns (a flat
+    dict of tensors) and `finish` turns it into the outputs of `decode`.
+    Every shape in `run` and `finish` derives from the state's shapes, so
+    they can be XLA-compiled apart from `start`. Unchecked: enforce
+    `prompt_checks` before it (as assertions).
+
+    Args:
+        model: implements the generation protocol.
+        search: a `Sampling` or `BeamSearch` strategy.
+        processors: `LogitsProcessor`s, which may take per-row settings.
+        pad_token_id: fills rows that stopped and positions never generated.
+        window: the context a step sees; past it the window slides
+            (default: the model's `max_length`).
+        engine: as for `Generator.generate`, chosen when traced.
+        logprobs: also return each chosen token's log-probability.
+        fits_context: the buffer is known to fit the window, so no step
+            slides it.
+    """
+
+    def __init__(
+        self,
+        model,
+        search,
+        processors=(),
+        pad_token_id=0,
+        window=None,
+        engine="auto",
+        logprobs=False,
+        fits_context=False,
+    ):
+        check_protocol(model)
+        self.engine = resolve_engine(engine)
+        window = resolve_window(model, window)
+        plan = plan_decoding(model, None, None, None if fits_context else window)
+        self.loop = DecodingLoop(model, search, pad_token_id, plan, processors, logprobs=logprobs)
+        self.variables = decoding_variables(model)
+
+    def start(self, token_ids, lengths, max_new_tokens, seed, stop_token_ids=None, width=None):
+        """The state after the prefill. `width`: the buffer's room for new tokens (default the largest
+        `max_new_tokens`); `max_new_tokens`, `seed` and `stop_token_ids` may be per row (`decode`)."""
+        width = ops.max(max_new_tokens) if width is None else width
+        tokens = pack_prompts(token_ids, lengths, width, self.loop.pad_token_id)
+        if stop_token_ids is None:
+            stop_token_ids = ops.zeros((0,), "int32")
+        with self.engine.decoding(self.variables, loop_rows(token_ids, self.loop.search)):
+            return self.loop.start(tokens, lengths, max_new_tokens, seed, stop_token_ids)
+
+    def run(self, state, until=None):
+        """The state advanced to position `until` (exclusive), or until every row is done."""
+        with self.engine.decoding(self.variables, static_dim(state["token_ids"].shape[0])):
+            return self.loop.run(state, until)
+
+    def finished(self, state):
+        """`(B,)` bool: which rows have nothing more to generate."""
+        return ops.logical_or(state["done"], state["index"] >= state["limits"])
+
+    def finish(self, state):
+        """The outputs of `decode` from a state."""
+        return self.loop.finish(state)
 
 
 def generate_graph(
@@ -22,36 +88,20 @@ def generate_graph(
     engine="auto",
     processors=(),
     return_logprobs=False,
+    width=None,
+    compile_loop=None,
+    fits_context=False,
 ):
-    """The whole generation as ops on tensors of any (dynamic) shape, unchecked.
+    """The whole generation as ops on tensors of any (dynamic) shape, unchecked: a `ServingLoop` run to the end.
 
     What an exported serving signature embeds: enforce `prompt_checks`
     before it (as assertions), then call this inside the traced function.
-    Past the model's context the window slides (`window` defaults to its
-    `max_length`). `engine` as for `Generator.generate`, chosen when traced.
-    `max_new_tokens`, `seed` and `stop_token_ids` may be per row (`decode`),
-    `processors` take per-row settings too. Returns the token ids, or with
-    `return_logprobs` the dict of `decode`.
+    Arguments as for `ServingLoop` and its `start`. `compile_loop`, if
+    given, wraps the loop after the prefill, a function of the state to the
+    outputs, e.g. in an XLA-compiled function. Returns the token ids, or
+    with `return_logprobs` the dict of `decode`.
     """
-    check_protocol(model)
-    engine = resolve_engine(engine)
-    window = resolve_window(model, window)
-    tokens = pack_prompts(token_ids, lengths, ops.max(max_new_tokens), pad_token_id)
-    plan = plan_decoding(model, None, None, window)
-    if stop_token_ids is None:
-        stop_token_ids = ops.zeros((0,), "int32")
-    with engine.decoding(decoding_variables(model), loop_rows(token_ids, search)):
-        outputs = decode(
-            model,
-            tokens,
-            lengths,
-            max_new_tokens,
-            search,
-            seed,
-            stop_token_ids,
-            pad_token_id,
-            plan,
-            processors=processors,
-            logprobs=return_logprobs,
-        )
+    loop = ServingLoop(model, search, processors, pad_token_id, window, engine, return_logprobs, fits_context)
+    state = loop.start(token_ids, lengths, max_new_tokens, seed, stop_token_ids, width)
+    outputs = (compile_loop or (lambda f: f))(lambda state: loop.finish(loop.run(state)))(state)
     return outputs if return_logprobs else outputs["token_ids"]

@@ -10,6 +10,7 @@ from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.set.pma import PMA
 from keras_tfam.models.functional_model import FunctionalModel
+from keras_tfam.models.token_ids import check_token_ids
 from keras_tfam.utils import base_model_config, check_positive_int
 
 
@@ -107,6 +108,10 @@ class AttentionPoolingLM(GenerationMixin, FunctionalModel):
         self.hidden_dim = hidden_dim
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
+
+    def call(self, inputs, training=None, mask=None):
+        check_token_ids(inputs)
+        return super().call(inputs, training=training, mask=mask)
 
     # ------------------------------------------------------------------ generation protocol
 

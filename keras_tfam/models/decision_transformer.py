@@ -49,9 +49,13 @@ class DecisionTransformer(FunctionalModel):
             `(B, T, state_dim)`, `actions` int `(B, T)`, `timesteps` int
             `(B, T)`, all with the same `T`. Actions must be in
             `[0, num_actions)` and timesteps in `[0, max_timestep)`: an eager
-            call raises a `ValueError` naming the first other one; a traced
-            call (`fit`, `predict`, XLA), where nothing can be raised, returns
-            NaN logits for every step of its trajectory, so the loss shows it.
+            call, and `fit` / `evaluate` / `predict` given the trajectories as
+            arrays (or as `validation_data`), raise a `ValueError` naming the
+            first other one. Where the values are known only inside the
+            traced step (a `tf.data` pipeline, a generator, a compiled call),
+            nothing can be raised: such a trajectory's logits are NaN for
+            every step, so the loss shows it (an embedding lookup would wrap
+            a negative id, or clamp a large one under XLA, silently).
 
     Returns:
         float32 action logits `(B, T, num_actions)`; row `t` predicts `a_t`.
@@ -174,6 +178,26 @@ class DecisionTransformer(FunctionalModel):
         self._check_trajectory(inputs)
         self._check_ids(inputs)
         return super().call(inputs, training=training, mask=mask)
+
+    # The trajectories of `fit`, `evaluate` and `predict` given as arrays are checked before any trace.
+    def fit(self, *args, **kwargs):
+        self._check_arrays(args[0] if args else kwargs.get("x"))
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (tuple, list)) and validation:
+            self._check_arrays(validation[0])
+        return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        self._check_arrays(args[0] if args else kwargs.get("x"))
+        return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        self._check_arrays(args[0] if args else kwargs.get("x"))
+        return super().predict(*args, **kwargs)
+
+    def _check_arrays(self, inputs):
+        if isinstance(inputs, dict) and set(inputs) == set(_INPUTS):
+            self._check_ids(inputs)
 
     def _check_ids(self, inputs):
         """A `ValueError` for an action outside `[0, num_actions)` or a timestep outside `[0, max_timestep)`.

@@ -9,9 +9,13 @@ def decoder_layout_map(device_mesh, model_parallel_dim_name="model", data_parall
     Megatron's split (Shoeybi et al. 2019) on the `model` axis: the
     query/key/value and feed-forward input kernels by their output
     columns, the attention output and feed-forward output kernels by
-    their input rows, the token embedding and the output head by the
-    vocabulary; the other axis of each is sharded over `batch` (the
+    their input rows; the other axis of each is sharded over `batch` (the
     weights of data-parallel replicas are split too, as keras-hub does).
+    The token embedding and the output head are split on the `model` axis
+    by the hidden width and replicated along the vocabulary, so that any
+    vocabulary shards (GPT-2's 50,257 is no multiple of a model axis; a
+    layout is chosen by path alone, before the shape is known); the
+    widths must divide by the axes, as the heads' do.
     Biases and norms are replicated. Use it with
     `keras.distribution.ModelParallel(layout_map=..., batch_dim_name=...)`.
 
@@ -41,8 +45,9 @@ def decoder_layout_map(device_mesh, model_parallel_dim_name="model", data_parall
     model, data = model_parallel_dim_name, data_parallel_dim_name
     layout_map = keras.distribution.LayoutMap(device_mesh)
     # Keys are regular expressions over whole variable paths (a wrapper model prefixes its backbone's).
-    layout_map[r"(.*/)?token_embedding/embeddings"] = (model, data)
-    layout_map[r"(.*/)?output_head/kernel"] = (data, model)
+    # (vocabulary, hidden) and (hidden, vocabulary): the vocabulary is never split.
+    layout_map[r"(.*/)?token_embedding/embeddings"] = (None, model)
+    layout_map[r"(.*/)?output_head/kernel"] = (model, None)
     layout_map[r".*_attention_\d+/(query|key|value)/kernel"] = (data, model)
     layout_map[r".*_attention_\d+/attention_output/kernel"] = (model, data)
     layout_map[r".*/feed_forward/(intermediate|gate)/kernel"] = (data, model)

@@ -1,6 +1,7 @@
 """Decoder-only language models (GPT-2, GPT-Neo, Llama, Mistral, Qwen2, Gemma) as one Keras functional model."""
 
 import math
+import os
 
 import keras
 from keras import ops
@@ -23,7 +24,8 @@ from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
 from keras_tfam.models.local_layers import LOCAL_LAYERS, local_layer_indices
 from keras_tfam.models.option import Option, check_options, option_config
-from keras_tfam.models.preset_directory import is_preset_directory, load_preset
+from keras_tfam.models.preset_directory import load_preset, names_directory
+from keras_tfam.models.token_ids import check_token_ids
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
 
@@ -295,6 +297,10 @@ class DecoderLM(GenerationMixin, FunctionalModel):
             x = x + self.position_embedding(x, start_index=start_index)
         return self.embeddings_dropout(x, training=training)
 
+    def call(self, inputs, training=None, mask=None):
+        check_token_ids(inputs, max_length=None if self.position_embedding is None else self.max_sequence_length)
+        return super().call(inputs, training=training, mask=mask)
+
     # ------------------------------------------------------------------ generation protocol
 
     @property
@@ -377,8 +383,8 @@ class DecoderLM(GenerationMixin, FunctionalModel):
     def from_preset(cls, name, **overrides):
         """A model from a preset name (`GPT2_PRESETS`), any field overridden, or a preset directory written by
         `save_to_preset` (loaded as saved)."""
-        if is_preset_directory(name):
-            return load_preset(name, cls, **overrides)
+        if names_directory(name):
+            return load_preset(os.fspath(name), cls, **overrides)
         if name not in GPT2_PRESETS:
             raise ValueError(f"Unknown preset. Expected one of {tuple(GPT2_PRESETS)}. Received: name={name!r}")
         return cls(**{**GPT2_PRESETS[name], **overrides})

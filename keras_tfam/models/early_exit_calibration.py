@@ -4,20 +4,21 @@ import math
 
 import numpy as np
 
+from keras_tfam.utils import check_real
+
 
 def _sorted_thresholds(thresholds):
-    thresholds = sorted({float(t) for t in thresholds}, reverse=True)
+    if isinstance(thresholds, (str, bytes)) or not hasattr(thresholds, "__iter__"):
+        raise ValueError(f"`thresholds` must be a list of numbers in [0, 1]. Received: thresholds={thresholds!r}")
+    in_range = [check_real("threshold", t, "in [0, 1]", lambda t: 0.0 <= t <= 1.0) for t in thresholds]
+    thresholds = sorted(set(in_range), reverse=True)
     if not thresholds:
         raise ValueError("`thresholds` is empty: give at least one candidate threshold")
-    bad = [t for t in thresholds if not 0.0 <= t <= 1.0]
-    if bad:
-        raise ValueError(f"Every threshold must be in [0, 1]. Received: threshold={bad[0]}")
     return thresholds
 
 
 def _check_tolerance(tolerance):
-    if not 0.0 < tolerance < 1.0:
-        raise ValueError(f"`tolerance` must be in (0, 1). Received: tolerance={tolerance}")
+    return check_real("tolerance", tolerance, "in (0, 1)", lambda value: 0.0 < value < 1.0)
 
 
 def _risks(risk, threshold):
@@ -55,7 +56,7 @@ def grid_search_threshold(risk, thresholds, tolerance):
         when no candidate qualifies) and one `{"threshold", "risk"}` dict per
         candidate, largest threshold first.
     """
-    _check_tolerance(tolerance)
+    tolerance = _check_tolerance(tolerance)
     records = [{"threshold": t, "risk": float(_risks(risk, t).mean())} for t in _sorted_thresholds(thresholds)]
     passing = [r["threshold"] for r in records if r["risk"] <= tolerance]
     return (min(passing) if passing else 1.0), records
@@ -85,9 +86,8 @@ def learn_then_test(risk, thresholds, tolerance, epsilon=0.05):
         never exiting, when even the first fails) and one
         `{"threshold", "risk", "p_value"}` dict per tested candidate.
     """
-    _check_tolerance(tolerance)
-    if not 0.0 < epsilon < 1.0:
-        raise ValueError(f"`epsilon` must be in (0, 1). Received: epsilon={epsilon}")
+    tolerance = _check_tolerance(tolerance)
+    epsilon = check_real("epsilon", epsilon, "in (0, 1)", lambda value: 0.0 < value < 1.0)
     chosen, records = 1.0, []
     for threshold in _sorted_thresholds(thresholds):
         values = _risks(risk, threshold)

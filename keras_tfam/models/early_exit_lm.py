@@ -10,14 +10,15 @@ from keras_tfam.generation.samplers import first_argmax
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
 from keras_tfam.models.decoder_lm import DecoderLM
 from keras_tfam.models.model_mixin import ModelMixin
-from keras_tfam.utils import base_model_config, check_positive_int
+from keras_tfam.models.token_ids import check_token_ids
+from keras_tfam.utils import base_model_config, check_positive_int, check_real
 
 CONFIDENCES = ("softmax_response", "classifier")
 
 
 def _check_threshold(threshold):
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"`threshold` must be a number in [0, 1]. Received: threshold={threshold!r}")
+    """`threshold` as a Python float: a number in [0, 1], NumPy scalars included."""
+    return check_real("threshold", threshold, "in [0, 1]", lambda value: 0.0 <= value <= 1.0)
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -97,14 +98,14 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
             )
         if confidence not in CONFIDENCES:
             raise ValueError(f"`confidence` must be one of {CONFIDENCES}. Received: confidence={confidence!r}")
-        _check_threshold(threshold)
+        threshold = _check_threshold(threshold)
         self.backbone = backbone
         self.confidence = confidence
         self.exit_classifier = None
         if confidence == "classifier":
             self.exit_classifier = keras.layers.Dense(1, dtype=backbone.dtype_policy, name="exit_classifier")
             self.exit_classifier.build((None, None, backbone.hidden_dim))
-        self.threshold_variable = keras.Variable(float(threshold), dtype="float32", trainable=False, name="threshold")
+        self.threshold_variable = keras.Variable(threshold, dtype="float32", trainable=False, name="threshold")
         self.built = backbone.built  # every weight exists (exports need it before any call)
 
     # ------------------------------------------------------------------ threshold
@@ -115,8 +116,8 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
 
     @threshold.setter
     def threshold(self, value):
-        _check_threshold(value)
-        self.threshold_variable.assign(float(value))
+        value = _check_threshold(value)
+        self.threshold_variable.assign(value)
 
     # ------------------------------------------------------------------ the stack
 
@@ -194,6 +195,8 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
 
         CALM's consistency oracle for training the exit classifier.
         """
+        check_token_ids(token_ids)
+        batch_size = check_positive_int("batch_size", batch_size)
         layer_logits = self.layer_logits_model()
         labels = []
         for start in range(0, len(token_ids), batch_size):

@@ -48,6 +48,10 @@ class LoraMixin:
     (`enable_lora`); this picks the layers by name, as keras-hub's
     `Backbone.enable_lora` does, and freezes every other weight. Saving
     (`.keras`, SavedModel) writes `W + (alpha / rank) B A`: the merged weight.
+    A quantized layer (`quantize` before or after `enable_lora`) keeps its
+    quantized weights and the factors as they are in a `.keras` file or a
+    preset (`keras_tfam.keras_compat.SavesQuantizedLora`): merging would
+    quantize the sum again, another model; loading it enables LoRA again.
     """
 
     def enable_lora(self, rank, target=DEFAULT_TARGETS, alpha=None):

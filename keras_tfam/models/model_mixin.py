@@ -6,6 +6,7 @@ from keras_tfam.models.fit_traces_once import FitTracesOnce
 from keras_tfam.models.lora import LoraMixin
 from keras_tfam.models.preset_directory import PresetMixin
 from keras_tfam.models.quantization import QuantizedConfigMixin
+from keras_tfam.models.token_ids import check_token_ids
 
 
 class ModelMixin(QuantizedConfigMixin, LoraMixin, PresetMixin, FitTracesOnce):
@@ -20,6 +21,17 @@ class ModelMixin(QuantizedConfigMixin, LoraMixin, PresetMixin, FitTracesOnce):
     # `(batch, length)` token ids sets this: Keras would otherwise guess its serving input from the shape
     # it was first built with (a fixed length, float32). Functional models serve their own `Input`s.
     serves_token_ids = False
+
+    @property
+    def input_dtype(self):
+        """What Keras converts a call's inputs to, and types the default SavedModel signature with: int32 token
+        ids for a token-ids model (Keras' `Sequential` takes its input layer's dtype the same way)."""
+        return "int32" if self.serves_token_ids else super().input_dtype
+
+    def __call__(self, *args, **kwargs):
+        if self.serves_token_ids and args:
+            check_token_ids(args[0])  # before Keras converts them to `input_dtype`: a float id is refused
+        return super().__call__(*args, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras' `Model.export`; a token-ids model serves int32 ids of any batch and length by default."""

@@ -14,6 +14,7 @@ from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import get_norm
 from keras_tfam.layers.position.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_tfam.models.functional_model import FunctionalModel
+from keras_tfam.models.token_ids import check_token_ids
 from keras_tfam.utils import base_model_config, check_positive_int
 
 
@@ -136,6 +137,12 @@ class Transformer(DecodingModel, FunctionalModel):
         self.norm = norm
         self.activation = activation
 
+    def call(self, inputs, training=None, mask=None):
+        for name in ("source", "target"):
+            if isinstance(inputs, dict) and name in inputs:
+                check_token_ids(inputs[name], name)
+        return super().call(inputs, training=training, mask=mask)
+
     def _embed(self, embedding, ids, start_index=0, training=None):
         x = embedding(ids) * math.sqrt(self.hidden_dim)
         x = x + self.position_encoding(x, start_index=start_index)
@@ -236,10 +243,12 @@ class Transformer(DecodingModel, FunctionalModel):
         `stop_token_id` (kept) and are padded with `pad_token_id` after it.
         """
         source = np.asarray(source)
-        if source.ndim != 2 or source.shape[1] == 0 or not np.issubdtype(source.dtype, np.integer):
+        if source.ndim != 2 or 0 in source.shape:
             raise ValueError(
-                f"`source` must be a non-empty (batch, length) array of ids. Received shape {source.shape}"
+                f"`source` must be a non-empty (batch, length) array of ids. Received: source.shape={source.shape}"
             )
+        if not np.issubdtype(source.dtype, np.integer):
+            raise ValueError(f"`source` must hold integer token ids. Received: source.dtype={source.dtype}")
         bad = (source < 0) | (source >= self.vocabulary_size)
         if bad.any():
             row, position = np.argwhere(bad)[0]

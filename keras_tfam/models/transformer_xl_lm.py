@@ -1,6 +1,7 @@
 """Transformer-XL language model (Dai et al. 2019), with the Compressive Transformer, adaptive spans and GTrXL."""
 
 import math
+import os
 
 import keras
 from keras import ops
@@ -17,7 +18,7 @@ from keras_tfam.layers.position.composed_position import ComposedPosition
 from keras_tfam.layers.position.transformer_xl_position import TransformerXLPosition
 from keras_tfam.models.model_mixin import ModelMixin
 from keras_tfam.models.option import Option, check_options, option_config
-from keras_tfam.models.preset_directory import is_preset_directory, load_preset
+from keras_tfam.models.preset_directory import load_preset, names_directory
 from keras_tfam.models.transformer_xl_presets import TRANSFORMER_XL_PRESETS
 from keras_tfam.utils import base_model_config, check_positive_int, head_size
 
@@ -417,8 +418,8 @@ class TransformerXLLM(GenerationMixin, ModelMixin, keras.Model):
     def from_preset(cls, name, **overrides):
         """A model from a preset name (`TRANSFORMER_XL_PRESETS`) and a `vocabulary_size`, any field overridden, or
         a preset directory written by `save_to_preset` (loaded as saved)."""
-        if is_preset_directory(name):
-            return load_preset(name, cls, **overrides)
+        if names_directory(name):
+            return load_preset(os.fspath(name), cls, **overrides)
         if name not in TRANSFORMER_XL_PRESETS:
             raise ValueError(
                 f"Unknown preset. Expected one of {tuple(TRANSFORMER_XL_PRESETS)}. Received: name={name!r}"

@@ -10,15 +10,22 @@ lines included). Online, it downloads the official archive from its current
 address, falling back to the original one, and checks its SHA-256. Offline,
 it reads a manual directory holding `wiki.{train,valid,test}.tokens` (or
 `.raw`); a split whose file is missing there is left out with a warning.
+`tfds_split_lines` fails at once (`Failure`, naming `--data-dir`) when the
+data is not prepared and no download address can be reached, instead of
+waiting on the download's retries.
 """
 
 import hashlib
 import logging
 import os
+import socket
+import threading
+import urllib.parse
 
 import tensorflow_datasets as tfds
 
-from pipelines.data.wikitext import EXPECTED, find_split, read_lines
+from pipelines.data.wikitext import EXPECTED, HOW_TO_GET, find_split, read_lines
+from pipelines.errors import Failure
 
 _HOSTS = ("https://wikitext.smerity.com/", "https://s3.amazonaws.com/research.metamind.io/wikitext/")
 # SHA-256 of the official archives (None: not pinned, the download is only checked for its files).
@@ -29,6 +36,8 @@ _SHA256 = {
     "wikitext-103-raw-v1": None,
 }
 _TFDS_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+# How long finding one download address (name lookup and connection) may take.
+_REACH_SECONDS = 5.0
 
 
 class WikitextConfig(tfds.core.BuilderConfig):
@@ -115,13 +124,46 @@ class Wikitext(tfds.core.GeneratorBasedBuilder):
             yield index, {"text": line}
 
 
+def _reachable(url, seconds=_REACH_SECONDS):
+    """Whether `url`'s host resolves and accepts a connection within `seconds` (a lookup may hang: timed apart)."""
+    parts = urllib.parse.urlsplit(url)
+    reached = []
+
+    def connect():
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            socket.create_connection((parts.hostname, port), timeout=seconds).close()
+            reached.append(True)
+        except (OSError, ValueError):
+            pass
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return bool(reached)
+
+
 def tfds_split_lines(dataset, split, data_dir=None):
-    """Lines of `split` of the WikiText variant `dataset`, downloaded and prepared by TFDS."""
+    """Lines of `split` of the WikiText variant `dataset`, downloaded and prepared by TFDS.
+
+    Raises:
+        Failure: the data is not prepared and no download address answers (offline): pass `--data-dir`.
+    """
     from pipelines.data.wikitext import canonical_split
 
+    split = canonical_split(split)
     builder = Wikitext(config=dataset, data_dir=data_dir)
+    # What `builder.is_prepared()` checks, without its warning about a folder that is not.
+    prepared = os.path.isfile(os.path.join(builder.data_dir, "dataset_info.json"))
+    if not prepared and builder.hosts and not any(_reachable(host) for host in builder.hosts):
+        hosts = ", ".join(urllib.parse.urlsplit(host).hostname for host in builder.hosts)
+        raise Failure(
+            f"WikiText ({dataset}) is not prepared in {builder.data_dir} and cannot be downloaded: no answer from "
+            f"{hosts} (offline?). Pass --data-dir DIR, the folder holding {EXPECTED.format(split=split)}. "
+            f"{HOW_TO_GET}"
+        )
     builder.download_and_prepare()
-    name = _TFDS_SPLITS[canonical_split(split)]
+    name = _TFDS_SPLITS[split]
     if name not in builder.info.splits:
         raise FileNotFoundError(f"WikiText ({dataset}) was prepared without its {split} split")
     return [example["text"].decode("utf-8") for example in tfds.as_numpy(builder.as_dataset(split=name))]

@@ -4,6 +4,7 @@ exact parity: logits, greedy tokens (cached decoding, sliding windows, rope scal
 import json
 import math
 import os
+import re
 import shutil
 
 import keras
@@ -132,4 +133,24 @@ def test_a_missing_shard_and_a_wrong_shape_name_the_file_and_the_tensor(tmp_path
     directory = _copy(tmp_path / "second", "hf-llama-tiny")
     _edit_config(directory, intermediate_size=40)
     with pytest.raises(ValueError, match=r"Shape mismatch for tensor 'model\.layers\.\d\.mlp\.\w+_proj\.weight'"):
+        from_huggingface(str(directory))
+
+
+def test_a_config_without_model_type_says_so_with_the_supported_ones(tmp_path):
+    directory = _copy(tmp_path, "hf-llama-tiny")
+    config = json.loads((directory / "config.json").read_text())
+    del config["model_type"]
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config\.json has no `model_type`: .* \('gpt2', 'gpt_neo', 'llama'"):
+        from_huggingface(str(directory))
+
+
+def test_a_nan_in_a_shard_is_refused_naming_the_file_and_the_tensor(tmp_path):
+    # A shard whose last bytes are 0xff: the last float32 of its last tensor reads as NaN.
+    directory = _copy(tmp_path, "hf-llama-tiny")
+    shard = sorted(directory.glob("model-*.safetensors"))[-1]
+    with open(shard, "r+b") as f:
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\xff\xff\xff\xff")
+    with pytest.raises(ValueError, match=rf"Tensor '[\w.]+' in {re.escape(str(shard))} holds 1 NaN or infinite"):
         from_huggingface(str(directory))

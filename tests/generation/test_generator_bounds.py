@@ -59,6 +59,13 @@ def test_stop_and_pad_ids_outside_the_vocabulary_are_refused(arguments, message)
         tiny().generate([[1, 2]], 3, **CHEAP_LOOP, **arguments)
 
 
+def test_jit_compile_is_a_boolean():
+    with pytest.raises(ValueError, match=r"`jit_compile` must be True or False. Received: jit_compile='no'"):
+        tiny().generate([[1, 2]], 3, jit_compile="no")
+    out = tiny().generate([[1, 2]], 3, jit_compile=np.bool_(CHEAP_LOOP["jit_compile"]))
+    assert out.shape == (1, 5)
+
+
 def test_numpy_scalars_are_accepted():
     model = tiny()
     expected = model.generate([[1, 2]], 5, **CHEAP_LOOP, stop_token_ids=[4], pad_token_id=0)

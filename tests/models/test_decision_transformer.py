@@ -3,6 +3,7 @@ import re
 import keras
 import numpy as np
 import pytest
+from backend import compiled
 
 from keras_tfam.models import DecisionTransformer
 
@@ -137,19 +138,36 @@ def test_actions_and_timesteps_outside_their_tables_are_refused(name, value, sho
         ValueError, match=re.escape("must be integers in [") + f".*Received: {shown} at index \\(1, 5\\)"
     ):
         model(bad)
-    # Traced (predict, fit), where nothing can be raised: that trajectory's logits are NaN, the others exact.
-    logits = model.predict(bad, verbose=0)
+    # Given as arrays, the values are known before `predict`, `evaluate` or `fit` trace anything.
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    actions = inputs["actions"]
+    for run in (
+        lambda: model.predict(bad, verbose=0),
+        lambda: model.evaluate(bad, actions, verbose=0),
+        lambda: model.fit(bad, actions, epochs=1, verbose=0),
+        lambda: model.fit(x=inputs, y=actions, validation_data=(bad, actions), epochs=1, verbose=0),
+    ):
+        with pytest.raises(ValueError, match=f"Received: {shown} at index \\(1, 5\\)"):
+            run()
+    # Compiled, where nothing can be raised: that trajectory's logits are NaN, the others exact.
+    logits = np.asarray(compiled(lambda trajectory: model(trajectory))(bad))
     assert np.isnan(logits[1]).all()
     np.testing.assert_allclose(logits[0], np.asarray(model(inputs))[0], atol=1e-5)
 
 
-def test_a_compiled_fit_on_a_negative_action_shows_a_nan_loss():
+def test_a_compiled_fit_on_a_stream_with_a_negative_action_shows_a_nan_loss():
     model = DecisionTransformer(STATE_DIM, NUM_ACTIONS, max_timestep=STEPS, hidden_dim=16, num_layers=1)
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     inputs, actions, _ = trajectories(4, seed=5)
     inputs["actions"] = inputs["actions"].copy()  # the targets stay valid
     inputs["actions"][2, 3] = -1  # once wrapped to the last action, silently
-    assert np.isnan(model.fit(inputs, actions, epochs=1, verbose=0).history["loss"][0])
+
+    def stream():  # values seen only inside the traced step
+        while True:
+            yield inputs, actions
+
+    history = model.fit(stream(), steps_per_epoch=1, epochs=1, verbose=0)
+    assert np.isnan(history.history["loss"][0])
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,22 @@ SCRIPT = textwrap.dedent(
             moved=max(float(np.abs(a - b).max()) for a, b in zip(after, weights)),
             query_shards=shards,
         )
+    # GPT-2's vocabulary (50,257) is no multiple of the model axis: a vocabulary of 61 on 2 devices.
+    from keras_tfam.models import GPT2LM
+
+    def gpt2():
+        keras.utils.set_random_seed(0)
+        return GPT2LM(vocabulary_size=61, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+
+    ids = rng.integers(0, 61, (2, 9))
+    expected = keras.ops.convert_to_numpy(gpt2()(ids))
+    with layouts["model_parallel"].scope():
+        model = gpt2()
+        embedding = model.token_embedding.embeddings
+        results["odd_vocabulary"] = dict(
+            logits_error=float(np.abs(keras.ops.convert_to_numpy(model(ids)) - expected).max()),
+            embedding_shards=len({tuple(map(str, shard.index)) for shard in embedding.value.addressable_shards}),
+        )
     print(json.dumps(results))
     """
 )
@@ -84,6 +100,8 @@ def test_model_and_data_parallel_training_equal_one_device():
         assert outcome["moved"] > 1e-3, (name, outcome)  # training changed the weights
     assert results["model_parallel"]["query_shards"] == 2  # split over the model axis
     assert results["data_parallel"]["query_shards"] == 1  # replicated
+    assert results["odd_vocabulary"]["logits_error"] < 1e-5, results["odd_vocabulary"]
+    assert results["odd_vocabulary"]["embedding_shards"] == 2  # split by the hidden width
 
 
 def test_a_layout_map_needs_the_mesh_axes_it_names():

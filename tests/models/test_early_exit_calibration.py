@@ -46,3 +46,22 @@ def test_nan_settings_are_refused(name, kwargs):
         learn_then_test(risk_with_nan_below(0.0), [0.5], **{"tolerance": 0.1, **kwargs})
     with pytest.raises(ValueError, match="Received: threshold=nan"):
         learn_then_test(risk_with_nan_below(0.0), [0.5, np.nan], tolerance=0.1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, shown",
+    [
+        ({"tolerance": "0.1"}, "tolerance='0.1'"),
+        ({"tolerance": np.float32(1.5)}, "tolerance=np.float32(1.5)"),
+        ({"thresholds": ["0.5"]}, "threshold='0.5'"),
+        ({"thresholds": 0.5}, "thresholds=0.5"),
+        ({"thresholds": [True]}, "threshold=True"),
+    ],
+)
+def test_settings_of_another_type_are_refused_in_one_line(kwargs, shown):
+    arguments = {"risk": lambda t: [0.0], "thresholds": [0.5], "tolerance": 0.1, **kwargs}
+    for calibrate in (grid_search_threshold, learn_then_test):
+        with pytest.raises(ValueError) as error:
+            calibrate(**arguments)
+        assert "\n" not in str(error.value) and str(error.value).endswith(f"Received: {shown}")
+    assert grid_search_threshold(lambda t: [0.0], [np.float32(0.5)], np.float64(0.1))[0] == 0.5

@@ -183,6 +183,17 @@ def test_bad_arguments():
         model.threshold = -0.1
     with pytest.raises(ValueError, match="Received: confidence='entropy'"):
         EarlyExitLM(gpt2, confidence="entropy")
+    # NumPy scalars are numbers, as everywhere else; a NumPy NaN or bool is not.
+    assert EarlyExitLM(gpt2, threshold=np.float32(0.5)).threshold == 0.5
+    model.threshold = np.float64(0.25)
+    assert model.threshold == 0.25 and type(model.get_config()["threshold"]) is float
+    for bad in (np.float32("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match=r"`threshold` must be a finite number in \[0, 1\]"):
+            EarlyExitLM(gpt2, threshold=bad)
+    with pytest.raises(ValueError, match=r"`token_ids` must be integer token ids. Received: token_ids.dtype=float32"):
+        model(np.zeros((1, 3), "float32"))
+    with pytest.raises(ValueError, match=r"Received: batch_size=0"):
+        model.consistency_labels(np.zeros((2, 3), "int32"), batch_size=0)
     with pytest.raises(ValueError, match="Received: window=4"):
         model.call_with_cache(np.zeros((1, 1), "int32"), model.init_cache(1, 8), 0, window=4)
     with pytest.raises(ValueError, match="decodes with key/value caches.*a recurrent state is not"):

@@ -144,6 +144,8 @@ def test_bad_arguments():
         KNNLM(model, Datastore(4, 32, 7, k=2))
     with pytest.raises(ValueError, match="Received: datastore=None"):
         KNNLM(model, None)
+    with pytest.raises(ValueError, match=r"`token_ids` must be \(batch, length\) token ids.*token_ids.shape=\(3,\)"):
+        KNNLM(model, datastore)(np.zeros((3,), "int32"))
 
 
 def test_a_datastore_of_another_width_is_refused_in_one_line():

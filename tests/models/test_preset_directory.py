@@ -66,3 +66,59 @@ def test_other_models_and_the_errors(tmp_path):
         load_preset(str(tmp_path))
     with pytest.raises(ValueError, match="must have a save_to_preset"):
         model.save_to_preset(str(tmp_path / "x"), tokenizer="gpt2")
+
+
+def test_saving_again_over_a_preset_leaves_only_the_new_presets_files(tmp_path):
+    directory = str(tmp_path / "preset")
+    llama = from_huggingface(LLAMA)
+    llama.save_to_preset(directory, tokenizer=HuggingFaceTokenizer(LLAMA))
+    with open(os.path.join(directory, "README.md"), "w") as f:  # not a preset file: left alone
+        f.write("notes")
+    # The same directory's tokenizer, saved with the model again: its files stay.
+    llama.save_to_preset(directory, tokenizer=HuggingFaceTokenizer(directory))
+    assert HuggingFaceTokenizer(directory).encode("The game") == HuggingFaceTokenizer(LLAMA).encode("The game")
+    small = GPT2LM(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    small(np.zeros((1, 4), "int32"))
+    small.save_to_preset(directory)
+    assert sorted(os.listdir(directory)) == ["README.md", "config.json", "metadata.json", "model.weights.h5"]
+    with pytest.raises(FileNotFoundError, match="No tokenizer.json nor tokenizer.model"):
+        HuggingFaceTokenizer(directory)
+    x = np.arange(8).reshape(2, 4)
+    np.testing.assert_array_equal(logits(load_preset(directory), x), logits(small, x))
+
+
+def test_a_damaged_or_foreign_weights_file_is_named_in_one_line(tmp_path):
+    model = GPT2LM(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    model(np.zeros((1, 4), "int32"))
+    directory = str(tmp_path / "preset")
+    model.save_to_preset(directory)
+    weights = os.path.join(directory, "model.weights.h5")
+    good = open(weights, "rb").read()
+    other = GPT2LM(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    other(np.zeros((1, 4), "int32"))
+    other.save_weights(str(tmp_path / "other.weights.h5"))
+    truncated = (good[: len(good) // 2], r"cannot be loaded into the GPT2LM of config\.json")
+    foreign = (open(tmp_path / "other.weights.h5", "rb").read(), r"holds 36 arrays, the GPT2LM of config\.json has 20")
+    for damage, message in (truncated, foreign):
+        with open(weights, "wb") as f:
+            f.write(damage)
+        with pytest.raises(ValueError, match=r"model\.weights\.h5 " + message) as error:
+            load_preset(directory)
+        assert "\n" not in str(error.value)
+    # A NaN in a weight: the loaded model would generate one id forever.
+    model.token_embedding.embeddings.assign(np.full((50, 16), np.nan, "float32"))
+    model.save_to_preset(directory)
+    with pytest.raises(ValueError, match=r"model\.weights\.h5 holds NaN or infinite values in token_embedding/"):
+        load_preset(directory)
+
+
+def test_a_path_loads_and_a_directory_that_is_no_preset_is_named(tmp_path):
+    model = GPT2LM(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
+    x = np.arange(8).reshape(2, 4)
+    model(x)
+    model.save_to_preset(tmp_path / "preset")  # a pathlib.Path, as for from_preset
+    np.testing.assert_array_equal(logits(GPT2LM.from_preset(tmp_path / "preset"), x), logits(model, x))
+    with pytest.raises(FileNotFoundError, match=r"No metadata.json in .*: not a preset directory"):
+        GPT2LM.from_preset(LLAMA)  # a Hugging Face directory: from_huggingface reads it
+    with pytest.raises(FileNotFoundError, match=r"No metadata.json in"):
+        TransformerXLLM.from_preset(tmp_path)

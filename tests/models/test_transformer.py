@@ -1,4 +1,5 @@
 import itertools
+import re
 
 import keras
 import numpy as np
@@ -20,7 +21,7 @@ def test_embeddings_and_output_projection_are_one_matrix():
     assert model.source_embedding is model.target_embedding
     assert len([w for w in model.weights if "embedding" in w.path]) == 1
     separate = small(target_vocabulary_size=9)
-    assert separate({"source": np.ones((1, 3)), "target": np.ones((1, 2))}).shape == (1, 2, 9)
+    assert separate({"source": np.ones((1, 3), "int32"), "target": np.ones((1, 2), "int32")}).shape == (1, 2, 9)
 
 
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
@@ -183,3 +184,15 @@ def test_save_load_and_bad_arguments(tmp_path):
         small(hidden_dim=0)
     with pytest.raises(ValueError, match="Received: beam_size=0"):
         model.generate(np.array([[3]]), BOS, EOS, 3, beam_size=0)
+    # The dtype named as the dtype, the shape as the shape.
+    with pytest.raises(ValueError, match=r"`source` must hold integer token ids. Received: source.dtype=float32"):
+        model.generate(np.array([[3.0, 4.0]], "float32"), BOS, EOS, 3)
+    for shape in ((0, 3), (2, 0), (3,)):
+        with pytest.raises(
+            ValueError, match=r"non-empty \(batch, length\) .* Received: " + re.escape(f"source.shape={shape}")
+        ):
+            model.generate(np.zeros(shape, "int32"), BOS, EOS, 3)
+    with pytest.raises(ValueError, match=r"`target` must be integer token ids. Received: target.dtype=float32"):
+        model({"source": np.array([[3, 4]]), "target": np.array([[1.0]], "float32")})
+    with pytest.raises(ValueError, match=r"`source` must be \(batch, length\) token ids.*source.shape=\(2,\)"):
+        model({"source": np.array([3, 4]), "target": np.array([[1]])})

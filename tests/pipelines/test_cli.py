@@ -2,8 +2,10 @@
 
 import contextlib
 import io
+import os
 
 import pytest
+from pipeline_runs import run_tfam
 
 from pipelines.cli import build_parser, main
 
@@ -41,6 +43,10 @@ def test_a_bad_boolean_is_a_one_line_usage_error():
         (["train", "--num-layers", "2.5"], "argument --num-layers: invalid int value: '2.5'"),
         (["eval"], "the following arguments are required: run"),
         (["launch"], "argument command: invalid choice: 'launch'"),
+        (
+            ["export", "runs/demo", "--out", "x", "--batch-sizes", "1,0"],
+            "argument --batch-sizes: must be positive integers separated by commas. Received: '1,0'",
+        ),
     ],
 )
 def test_every_usage_error_is_one_line(argv, expected):
@@ -56,3 +62,17 @@ def test_another_keras_backend_is_refused_in_one_line(monkeypatch):
         code = main(["eval", "runs/demo"])
     assert code == 2
     assert stderr.getvalue().splitlines() == ["tfam: error: tfam runs on TensorFlow. Received: KERAS_BACKEND='jax'"]
+
+
+def test_an_option_that_does_not_fit_an_init_from_checkpoint_names_its_flag(small_wikitext, tmp_path):
+    # `--init-from DIR --position learned` blamed `position_options`, which the user never gave.
+    fixture = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf-llama-tiny"))
+    args = ["train", "--init-from", fixture, "--position", "learned", "--data-dir", small_wikitext]
+    args += ["--train-split", "valid", "--eval-split", "test", "--out", str(tmp_path / "run")]
+    result = run_tfam(args, check=False)  # in this process
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"tfam: error: `--position learned` does not fit the checkpoint of `--init-from` {fixture}, whose "
+        "config.json sets `position_options`: "
+    ), line

@@ -93,3 +93,12 @@ def test_eval_shows_its_progress_on_a_terminal_unless_quiet(trained_run, small_w
     assert frames[-1].startswith(f"eval: {tokens:,} tokens in ") and frames[-1].endswith(" tokens/s")
     stdout, shown = _eval_on_a_terminal(args + ["--quiet"])
     assert shown == "" and json.loads(stdout.splitlines()[-1])["tokens"] == tokens
+
+
+def test_eval_of_a_run_s_checkpoint_file_uses_the_run_s_tokenizer_and_windows(trained_run, small_wikitext):
+    # `tfam eval RUN/checkpoints/final.keras` said "has no tokenizer/ folder".
+    final = os.path.join(trained_run, "checkpoints", "final.keras")
+    by_file = run_tfam(["eval", final, "--data-dir", small_wikitext])
+    by_run = run_tfam(["eval", trained_run, "--checkpoint", "final", "--data-dir", small_wikitext])
+    assert by_file.stderr == "" and json.loads(by_file.stdout) == json.loads(by_run.stdout)
+    assert json.loads(by_file.stdout)["sequence_length"] == 32

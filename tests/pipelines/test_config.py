@@ -123,3 +123,27 @@ def test_export_is_a_boolean_in_a_config_file_and_on_the_command_line(tmp_path):
         load_config(str(path))
     with pytest.raises(ValueError, match=r"`export_dir` must be unset with `export` off. Received: export_dir='x'"):
         load_config("gpt2_tiny", {"export": False, "export_dir": "x"})
+
+
+def test_a_model_option_set_twice_in_a_config_file_is_refused(tmp_path):
+    # The top level won silently over `model_options`.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"num_layers": 2, "model_options": {"num_layers": 4, "dropout": 0.1}}))
+    with pytest.raises(ValueError) as error:
+        load_config(str(path))
+    assert str(error.value) == (
+        f"Invalid config: `num_layers` is set both at the top level and under `model_options` in {path}: set it "
+        "once. Received: num_layers=2 and model_options.num_layers=4"
+    )
+    path.write_text(json.dumps({"num_layers": 2, "model_options": {"dropout": 0.1}}))  # once each: both kept
+    assert load_config(str(path)).model_options == {"num_layers": 2, "dropout": 0.1}
+
+
+def test_model_options_that_are_not_a_mapping_are_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_options": ["num_layers", 2]}))
+    with pytest.raises(ValueError) as error:
+        load_config(str(path))
+    assert str(error.value) == (
+        "Invalid config: `model_options` must be a mapping. Received: model_options=['num_layers', 2]"
+    )

@@ -22,7 +22,9 @@ def test_exported_generate_exits_early_as_the_model_does(tmp_path):
     prompts = np.array([[5, 17, 3, 2], [9, 4, 0, 0]], np.int32)
     expected = model.generate([[5, 17, 3, 2], [9, 4]], 10)
     assert not np.array_equal(expected, gpt2.generate([[5, 17, 3, 2], [9, 4]], 10))  # the exits matter
-    signature = tf.saved_model.load(export_model(model, str(tmp_path / "export"))).signatures["generate"]
+    signature = tf.saved_model.load(export_model(model, str(tmp_path / "export"), batch_sizes=(1,))).signatures[
+        "generate"
+    ]
     request = dict(generate_request([[5, 17, 3, 2], [9, 4]], 10), token_ids=prompts)
     out = signature(**{name: tf.constant(value) for name, value in request.items()})["token_ids"].numpy()
     np.testing.assert_array_equal(out, expected)
@@ -73,7 +75,9 @@ def test_models_used_only_through_generate_export(tmp_path):
     for name, model in (("xl", xl), ("knn", knn)):
         expected = model.generate([[3, 1, 4]], 6)
         assert not model.built
-        signature = tf.saved_model.load(export_model(model, str(tmp_path / name))).signatures["generate"]
+        signature = tf.saved_model.load(export_model(model, str(tmp_path / name), batch_sizes=(1,))).signatures[
+            "generate"
+        ]
         np.testing.assert_array_equal(_greedy_request(signature, [[3, 1, 4]], [3], 6), expected)
 
 
@@ -81,7 +85,9 @@ def test_generate_signature_refuses_max_new_tokens_past_the_export_limit(tmp_pat
     # Asking for 2^31 - 1 tokens tried to allocate 8 GB; the export has a limit, named in the error.
     keras.utils.set_random_seed(3)
     model = GPT2LM(vocabulary_size=29, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=16)
-    loaded = tf.saved_model.load(export_model(model, str(tmp_path / "export"), max_new_tokens_limit=20))
+    loaded = tf.saved_model.load(
+        export_model(model, str(tmp_path / "export"), max_new_tokens_limit=20, batch_sizes=(1,))
+    )
     np.testing.assert_array_equal(
         _greedy_request(loaded.signatures["generate"], [[5, 2]], [2], 20), model.generate([[5, 2]], 20)
     )

@@ -9,9 +9,10 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from pipeline_runs import REPO, run_tfam
+from pipeline_runs import REPO, TRAINED_RUN_OPTIONS, copy_run, run_tfam, tiny_args
 
 from pipelines.serving_requests import generate_request
+from pipelines.serving_warmup import WARMUP_FILE, read_warmup_requests
 
 
 def _tags(folder):
@@ -78,7 +79,8 @@ def test_exported_signatures_match_the_model_in_a_tensorflow_only_process(traine
         rows = dict(token_ids=tf.constant({prompts.tolist()}, tf.int32), lengths=tf.constant({lengths.tolist()}))
         greedy = sig["generate"](**rows, **per_row(2, 6))["token_ids"].numpy()
         sampled = sig["generate"](**rows, **per_row(2, 6, 0.8, 20, 0.9, 3))["token_ids"].numpy()
-        text = sig["generate_text"](prompts=tf.constant([{prompt_text!r}]), **per_row(1, 5))
+        text = sig["generate_text"](prompts=tf.constant([{prompt_text!r}]), stop_strings=tf.constant([[""]]),
+                                    **per_row(1, 5))
         modules = [m for m in ("keras_tfam", "keras_hub", "pipelines") if m in sys.modules]
         completion = text["completions"].numpy()[0].decode()
         print(json.dumps(dict(logits=logits.tolist(), greedy=greedy.tolist(), sampled=sampled.tolist(),
@@ -96,7 +98,7 @@ def test_exported_signatures_match_the_model_in_a_tensorflow_only_process(traine
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["modules"] == []
-    assert out["signatures"] == ["generate", "generate_text", "serving_default"]
+    assert out["signatures"] == ["decode_chunk", "generate", "generate_text", "prefill", "serving_default"]
     np.testing.assert_allclose(out["logits"], expected_logits, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(out["greedy"], expected_greedy)
     sampled = np.array(out["sampled"])
@@ -106,7 +108,7 @@ def test_exported_signatures_match_the_model_in_a_tensorflow_only_process(traine
 
     cli = shutil.which("saved_model_cli", path=os.path.dirname(sys.executable))
     shown = subprocess.run([cli, "show", "--dir", export, "--all"], capture_output=True, text=True, timeout=120)
-    for name in ("serving_default", "generate", "generate_text"):
+    for name in ("serving_default", "generate", "generate_text", "prefill", "decode_chunk"):
         assert f"signature_def['{name}']" in shown.stdout
 
 
@@ -144,9 +146,13 @@ def test_cli_eval_generate_and_export(trained_run, small_wikitext, tmp_path):
     assert "-> " + target in run_tfam(["export", trained_run, "--out", target]).stdout
     again = run_tfam(["export", trained_run, "--out", target], check=False)
     assert again.returncode == 2 and "exists already" in again.stderr
-    run_tfam(["export", trained_run, "--out", target, "--overwrite"])
-    run_tfam(["export", trained_run, "--out", str(tmp_path / "exports")])
+    run_tfam(["export", trained_run, "--out", target, "--overwrite", "--no-xla"])
+    run_tfam(["export", trained_run, "--out", str(tmp_path / "exports"), "--batch-sizes", "3,1"])
     assert sorted(os.listdir(tmp_path / "exports")) == ["7", "8"]
+    # The warmup requests are at the batch sizes the loop was compiled for (none without XLA: batch 1).
+    for version, sizes in (("7", {1}), ("8", {1, 3})):
+        requests = read_warmup_requests(str(tmp_path / "exports" / version / WARMUP_FILE))
+        assert {len(inputs["lengths"]) for name, inputs in requests if name == "generate"} == sizes
 
 
 def test_failed_export_leaves_no_version_folder(trained_run, tmp_path, monkeypatch):
@@ -268,3 +274,95 @@ def test_an_export_traces_the_model_s_call_once(tmp_path):
     assert traces == [False]
     logits = tf.saved_model.load(version).signatures["serving_default"](token_ids=tf.constant(tokens))["logits"]
     np.testing.assert_allclose(logits.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def _one_error_line(args):
+    result = run_tfam(args, check=False)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    [line] = result.stderr.splitlines()
+    return line
+
+
+def test_export_of_a_keras_file_that_is_not_a_language_model_is_one_line(tmp_path):
+    # Was `AttributeError ... vocabulary_size`, exit 1.
+    import keras
+
+    inputs = keras.Input((3,))
+    path = str(tmp_path / "dense.keras")
+    keras.Model(inputs, keras.layers.Dense(2)(inputs)).save(path)
+    assert _one_error_line(["export", path, "--out", str(tmp_path / "export")]) == (
+        "tfam: error: `run` must hold a language model of keras_tfam (a decoding model of one vocabulary, as "
+        f"GPT2LM or DecoderLM). Received: {path!r}, a Functional"
+    )
+    assert not os.path.exists(tmp_path / "export")
+
+
+def test_a_checkpoint_of_another_vocabulary_in_a_run_is_refused_by_every_command(trained_run, small_wikitext, tmp_path):
+    # Generate and export used it silently; eval failed with a raw InvalidArgumentError.
+    import keras
+
+    from keras_tfam.models import GPT2LM
+
+    run = copy_run(trained_run, tmp_path)
+    _, tokenizer = _load(trained_run)
+    model = GPT2LM(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=32)
+    model(np.zeros((1, 4), np.int32))
+    final = os.path.join(run, "checkpoints", "final.keras")
+    os.remove(os.path.join(run, "checkpoints", "final.json"))  # a file copied in: no sidecar describes it
+    keras.saving.save_model(model, final)
+    expected = (
+        f"tfam: error: {final} is not a checkpoint of this run's vocabulary: its model has 50 ids and the tokenizer "
+        f"in {os.path.join(run, 'tokenizer')} has {tokenizer.vocabulary_size}. Received: vocabulary_size=50 "
+        f"(model), {tokenizer.vocabulary_size} (tokenizer)"
+    )
+    for command in (
+        ["generate", run, "--prompt", "the game"],
+        ["export", run, "--out", str(tmp_path / "export")],
+        ["eval", run, "--data-dir", small_wikitext],
+        ["generate", final, "--prompt", "the game"],
+    ):
+        assert _one_error_line([*command, "--checkpoint", "final"]) == expected, command
+
+
+def test_generate_and_export_of_a_run_still_training_say_which_step_they_use(trained_run, tmp_path):
+    # Both used an early checkpoint without a word.
+    from pipelines.run_lock import RunLock
+
+    run = copy_run(trained_run, tmp_path)
+    with open(os.path.join(run, "checkpoints", "best.json")) as f:
+        step = json.load(f)["step"]
+    with RunLock(run):  # as `tfam train` holds it
+        generated = run_tfam(["generate", run, "--prompt", "the game", "--max-new-tokens", "3"])
+        exported = run_tfam(["export", run, "--out", str(tmp_path / "export")])
+    for result in (generated, exported):
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"tfam: {run} is still training (pid {os.getpid()} on ")
+        assert line.endswith(f"): using best.keras, of step {step}")
+    assert os.path.isfile(tmp_path / "export" / "1" / "saved_model.pb")
+    # Killed before its end: no final checkpoint, and nobody holds the lock.
+    os.remove(os.path.join(run, "checkpoints", "final.keras"))
+    result = run_tfam(["generate", run, "--prompt", "the game", "--max-new-tokens", "3"])
+    assert result.stderr.splitlines() == [
+        f"tfam: {run} has no final checkpoint (its training stopped before the end; rerun its `tfam train` to "
+        f"resume): using best.keras, of step {step}"
+    ]
+    assert result.stdout.startswith("the game ")
+
+
+def test_commands_on_a_mixed_float16_run_print_no_optimizer_warning(small_wikitext, tmp_path):
+    # Keras warned "Skipping variable loading for optimizer" on every generate, eval and export.
+    import warnings
+
+    run = str(tmp_path / "run")
+    options = {**TRAINED_RUN_OPTIONS, "max-steps": 2, "precision": "mixed_float16", "export": "false"}
+    run_tfam(tiny_args(small_wikitext, run, **options))
+    for command in (
+        ["generate", run, "--prompt", "the game", "--max-new-tokens", "3"],
+        ["eval", run, "--data-dir", small_wikitext],
+        ["export", run, "--out", str(tmp_path / "export")],
+    ):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = run_tfam(command)
+        assert result.stderr == "", command
+        assert not [w for w in caught if "Skipping variable loading" in str(w.message)], command

@@ -2,6 +2,8 @@
 
 import contextlib
 import io
+import os
+import shutil
 
 import numpy as np
 import pytest
@@ -136,7 +138,12 @@ def test_the_printed_text_holds_back_what_more_tokens_could_change():
         (["--no-repeat-ngram-size", "-2"], "--no-repeat-ngram-size", "no_repeat_ngram_size=-2"),
         (["--min-p", "1.5"], "--min-p", "min_p=1.5"),
         (["--min-p", "0.1", "--sampler", "greedy"], "--min-p", "sampler="),  # min-p filters a sampler's draws
-        (["--top-p", "0"], "--top-p", "p=0.0"),  # the sampler's own argument
+        (["--top-p", "0"], "--top-p", "top_p=0.0"),
+        (["--top-p", "1.5"], "--top-p", "top_p=1.5"),  # was named `p`, the sampler's argument
+        (["--top-p", "1.5", "--sampler", "greedy"], "--top-p", "top_p=1.5"),  # one range, whatever the sampler
+        (["--top-k", "0"], "--top-k", "top_k=0"),
+        (["--prompt", "the \udcff game"], "--prompt", "prompt=b'the \\xff game'"),  # a byte that is not UTF-8
+        (["--stop", "\udcfe"], "--stop", "stop=b'\\xfe'"),
         (["--chunk-size", "0", "--stream"], "--chunk-size", "chunk_size=0"),
         (["--max-new-tokens", "0", "--stream"], "--max-new-tokens", "max_new_tokens=0"),
         (["--stop", ""], "--stop", "stop=''"),
@@ -147,3 +154,20 @@ def test_a_bad_value_is_one_line_naming_its_flag(run, args, flag, received):
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith(f"tfam: error: `{flag}` ") and f"Received: {received}" in line, line
+
+
+def test_a_checkpoint_of_a_run_generates_with_the_run_s_tokenizer(run, tmp_path):
+    # `tfam generate RUN/checkpoints/final.keras` said "has no tokenizer/ folder" although --help offers .keras.
+    run_dir = run[0]
+    final = os.path.join(run_dir, "checkpoints", "final.keras")
+    assert _generate(final, "--max-new-tokens", "8") == _generate(
+        run_dir, "--checkpoint", "final", "--max-new-tokens", "8"
+    )
+    alone = str(tmp_path / "final.keras")
+    shutil.copy(final, alone)
+    result = run_tfam(["generate", alone, "--prompt", PROMPT], check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"tfam: error: {alone!r} has no tokenizer: pass a run directory of `tfam train` (holding tokenizer/ and "
+        "checkpoints/), or a .keras file in its checkpoints/ folder"
+    ]

@@ -98,7 +98,9 @@ def test_the_export_serves_text_in_a_tensorflow_only_process(fine_tuned):
                         top_p=tf.fill([n], 1.0), seed=tf.fill([n], 0), repetition_penalty=tf.fill([n], 1.0),
                         stop_token_ids=tf.fill([n, 1], {tokenizer.eos_id}))
         generate_text = tf.saved_model.load({text_export!r}).signatures["generate_text"]
-        served = generate_text(prompts=tf.constant({prompts!r}), **per_row({len(prompts)}))["completions"].numpy()
+        stop_strings = tf.fill([{len(prompts)}, 1], "")
+        served = generate_text(prompts=tf.constant({prompts!r}), stop_strings=stop_strings, **per_row({len(prompts)}))
+        served = served["completions"].numpy()
         texts = [t.decode() for t in served]
         tokenizer = Tokenizer.from_file({os.path.join(assets, "tokenizer.json")!r})
         newline = tokenizer.encode("\\n", add_special_tokens=False).ids[-1]

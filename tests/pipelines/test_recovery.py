@@ -61,13 +61,13 @@ def test_a_truncated_best_checkpoint_falls_back_to_final_and_the_rerun_replaces_
 def test_a_truncated_backup_falls_back_to_the_previous_one(tmp_path, trained_run, small_wikitext):
     # Item 2: a truncated backup crashed the rerun with an h5py traceback.
     run = copy_run(trained_run, tmp_path)
-    latest = os.path.join(run, "backup", "epoch-2.weights.h5")
+    latest = os.path.join(run, "backup", "step-4.weights.h5")
     full = os.path.getsize(latest)
     half = _truncate(latest)
     result = _rerun(small_wikitext, run)
     assert (
         f"tfam: {latest} is truncated ({half:,} of {full:,} bytes): resuming from the previous backup "
-        "epoch-1.weights.h5 (epoch 1) instead"
+        "step-2.weights.h5 (step 2) instead"
     ) in result.stderr.splitlines()
     summary = _summary(run)
     assert summary["steps"] == 4 and summary["resumed_from_step"] == 2
@@ -75,7 +75,7 @@ def test_a_truncated_backup_falls_back_to_the_previous_one(tmp_path, trained_run
     # No usable backup at all: one line, exit 1, and the backups are left as they are.
     backup_dir = os.path.join(run, "backup")
     damage = []
-    for name in ("epoch-2.weights.h5", "epoch-1.weights.h5"):
+    for name in ("step-4.weights.h5", "step-2.weights.h5"):
         path = os.path.join(backup_dir, name)
         full = os.path.getsize(path)
         damage.append(f"{path} is truncated ({_truncate(path):,} of {full:,} bytes)")
@@ -85,7 +85,7 @@ def test_a_truncated_backup_falls_back_to_the_previous_one(tmp_path, trained_run
         f"tfam: error: {backup_dir} holds no usable backup ({'; '.join(damage)}); to start this run over from "
         f"step 0, move {backup_dir} away and rerun the command"
     ]
-    assert sorted(os.listdir(backup_dir)) == ["epoch-1.weights.h5", "epoch-2.weights.h5", "training_metadata.json"]
+    assert sorted(os.listdir(backup_dir)) == ["step-2.weights.h5", "step-4.weights.h5", "training_metadata.json"]
 
 
 def test_an_empty_backup_metadata_file_is_named_and_the_backups_are_found(tmp_path, trained_run, small_wikitext):

@@ -47,3 +47,20 @@ def test_a_second_train_on_the_same_run_refuses_at_once(tmp_path, small_wikitext
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith(f"tfam: error: {run} is in use by pid {os.getpid()} on {socket.gethostname()} since ")
+
+
+def test_lock_holder_names_a_live_holder_only(tmp_path):
+    from pipelines.run_lock import lock_holder
+
+    run = tmp_path / "run"
+    assert lock_holder(str(run)) is None  # no run
+    with RunLock(str(run)):
+        holder = lock_holder(str(run))
+        assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+        with pytest.raises(RunInUse):  # the probe left the lock as it was
+            RunLock(str(run)).acquire()
+    run.mkdir()
+    (run / ".lock").write_text('{"pid": 1, "host": "elsewhere"}')  # left by a killed process
+    assert lock_holder(str(run)) is None
+    with RunLock(str(run)):  # and the probe does not keep it
+        pass

@@ -4,7 +4,12 @@ TF Serving's batcher (`--enable_batching` with `pad_variable_length_inputs`) con
 queued requests along dimension 0, first padding each input's other dimensions to the largest in the batch
 with that input's first element, runs the signature once, and splits every output along dimension 0. A merged
 call must give each row what it gets alone: the same new tokens, counts and log-probabilities (greedy and seeded
-rows, with stop ids and penalties), and the same as the library's `generate` for the greedy rows.
+rows, with stop ids and penalties), and the same as the library's `generate` for the greedy rows. The export
+compiles its loop for batch sizes 1, 2, 4 and 8, so the requests alone and merged run at different sizes (a
+merged batch of 5 rows at 8, its last row repeated), within the model's context and past it (a sliding window).
+
+A client streams by calling `prefill` once and `decode_chunk` until every row is finished: the chunks
+concatenated are the new tokens of `generate`.
 """
 
 import json
@@ -29,6 +34,11 @@ REQUESTS = [
     generate_request([[1, 2, 3, 4, 5]], max_new_tokens=7, repetition_penalty=1.8, stop_token_ids=[[20, 21]]),
     generate_request([[8], [30, 2, 2]], max_new_tokens=[12, 4], top_p=[1.0, 0.8], temperature=[0.0, 1.2], seed=5),
 ]
+
+
+# Past the model's context (32): the window slides.
+PAST_CONTEXT = generate_request([list(range(1, 25)), [3, 1]], max_new_tokens=[16, 5], temperature=[0.0, 0.7])
+CHUNK = 3
 
 
 def with_stop(model):
@@ -58,16 +68,34 @@ SERVER = textwrap.dedent(
         return merged
 
     def call(signature, request):
-        dtypes = {"temperature": tf.float32, "top_p": tf.float32, "repetition_penalty": tf.float32}
-        inputs = {k: tf.constant(v, dtypes.get(k, tf.int32)) for k, v in request.items()}
-        return {k: v.numpy().tolist() for k, v in signature(**inputs).items()}
+        specs = signature.structured_input_signature[1]
+        inputs = {k: tf.constant(v, specs[k].dtype) for k, v in request.items()}
+        return {k: v.numpy() for k, v in signature(**inputs).items()}
 
-    requests = json.loads(sys.stdin.read())
-    signature = tf.saved_model.load(sys.argv[1]).signatures["generate"]
-    alone = [call(signature, r) for r in requests]
-    together = call(signature, merge(requests))
+    def listed(outputs):
+        return {k: v.tolist() for k, v in outputs.items()}
+
+    def streamed(signatures, request, chunk):
+        # A streaming client: `prefill`, then `decode_chunk` on the state it returns until every row is finished.
+        state = call(signatures["prefill"], request)
+        chunks = []
+        while True:
+            rows = len(state["state_index"])
+            out = call(signatures["decode_chunk"], dict(state, num_tokens=np.full(rows, chunk, np.int32)))
+            chunks.append(out["token_ids"])
+            state = {k: v for k, v in out.items() if k.startswith("state_")}
+            if out["finished"].all():
+                return np.concatenate(chunks, axis=1).tolist()
+
+    inputs = json.loads(sys.stdin.read())
+    signatures = tf.saved_model.load(sys.argv[1]).signatures
+    generate = signatures["generate"]
+    alone = [listed(call(generate, r)) for r in inputs["requests"]]
+    together = listed(call(generate, merge(inputs["requests"])))
+    past_context = listed(call(generate, inputs["past_context"]))
+    chunks = [streamed(signatures, r, inputs["chunk"]) for r in inputs["requests"]]
     modules = [m for m in ("keras_tfam", "pipelines", "keras_hub") if m in sys.modules]
-    print(json.dumps(dict(alone=alone, together=together, modules=modules)))
+    print(json.dumps(dict(alone=alone, together=together, past_context=past_context, chunks=chunks, modules=modules)))
     """
 )
 
@@ -78,9 +106,10 @@ def served(tmp_path_factory):
     model = GPT2LM(vocabulary_size=37, num_layers=2, num_heads=2, hidden_dim=16, max_sequence_length=32)
     path = export_model(model, str(tmp_path_factory.mktemp("export") / "model"), max_new_tokens_limit=16)
     requests = [{k: v.tolist() for k, v in r.items()} for r in with_stop(model)]
+    past_context = {k: v.tolist() for k, v in PAST_CONTEXT.items()}
     result = subprocess.run(
         [sys.executable, "-c", SERVER, path],
-        input=json.dumps(requests),
+        input=json.dumps(dict(requests=requests, past_context=past_context, chunk=CHUNK)),
         capture_output=True,
         text=True,
         timeout=300,
@@ -115,7 +144,7 @@ def test_a_merged_call_gives_each_row_what_it_gets_alone(served):
 
 def test_served_greedy_rows_are_the_library_s_generate(served):
     model, out = served.model, vars(served)
-    for request, alone in zip(REQUESTS, out["alone"]):
+    for request, alone in [*zip(REQUESTS, out["alone"]), (PAST_CONTEXT, out["past_context"])]:
         for prompt, b in rows_of(request):
             if request["temperature"][b] > 0:
                 continue
@@ -132,6 +161,15 @@ def test_served_greedy_rows_are_the_library_s_generate(served):
             width = len(prompt) + int(request["max_new_tokens"][b])
             assert alone["token_ids"][b][:width] == expected["token_ids"][0].tolist()
             np.testing.assert_allclose(alone["logprobs"][b][:count], expected["logprobs"][0][:count], atol=1e-5)
+
+
+def test_prefill_and_decode_chunk_stream_what_generate_returns(served):
+    for request, alone, chunks in zip(with_stop(served.model), served.alone, served.chunks):
+        assert len(chunks[0]) % CHUNK == 0
+        for prompt, b in rows_of(request):
+            count = alone["num_generated"][b]
+            assert chunks[b][:count] == alone["token_ids"][b][len(prompt) : len(prompt) + count]
+            assert chunks[b][count:] == [0] * (len(chunks[b]) - count)  # nothing past a row's end
 
 
 def test_a_row_stops_at_its_stop_ids_and_is_padded(served):
@@ -152,12 +190,32 @@ def test_the_export_holds_warmup_requests_for_each_signature_that_it_serves(serv
     requests = read_warmup_requests(os.path.join(path, WARMUP_FILE))
     signatures = tf.saved_model.load(path).signatures
     assert sorted({name for name, _ in requests}) == ["generate", "serving_default"]
-    assert sorted({len(next(iter(inputs.values()))) for _, inputs in requests}) == [1, 8]
+    # `generate` at every batch size its loop is compiled for, and every buffer width within the context.
+    shapes = {(len(inputs["lengths"]), inputs["token_ids"].shape[1] + int(inputs["max_new_tokens"][0]))
+              for name, inputs in requests if name == "generate"}  # fmt: skip
+    assert shapes == {(batch, width) for batch in (1, 2, 4, 8) for width in (16, 32)}
     for name, inputs in requests:
         signature = signatures[name]
         specs = signature.structured_input_signature[1]
         assert sorted(inputs) == sorted(specs)
         outputs = signature(**{key: tf.constant(value, specs[key].dtype) for key, value in inputs.items()})
         if name == "generate":
-            expected = model.generate(inputs["token_ids"].tolist(), int(inputs["max_new_tokens"][0]))
-            np.testing.assert_array_equal(outputs["token_ids"].numpy(), expected)
+            # Every row is the same prompt: the library's tokens for one.
+            expected = model.generate(inputs["token_ids"][:1].tolist(), int(inputs["max_new_tokens"][0]))
+            np.testing.assert_array_equal(outputs["token_ids"].numpy(), np.repeat(expected, len(inputs["lengths"]), 0))
+
+
+def test_an_export_without_xla_serves_the_same(served, tmp_path):
+    import tensorflow as tf
+
+    path = export_model(served.model, str(tmp_path / "model"), max_new_tokens_limit=16, jit_compile=False)
+    signatures = tf.saved_model.load(path).signatures
+    for request, alone in zip(with_stop(served.model), served.alone):
+        specs = signatures["generate"].structured_input_signature[1]
+        out = signatures["generate"](**{k: tf.constant(v, specs[k].dtype) for k, v in request.items()})
+        assert out["num_generated"].numpy().tolist() == alone["num_generated"]
+        for prompt, b in rows_of(request):
+            count = alone["num_generated"][b]
+            new = out["token_ids"].numpy()[b, len(prompt) : len(prompt) + count].tolist()
+            assert new == alone["token_ids"][b][len(prompt) : len(prompt) + count]
+            np.testing.assert_allclose(out["logprobs"].numpy()[b, :count], alone["logprobs"][b][:count], atol=1e-5)

@@ -46,7 +46,9 @@ NAMES = {
 def signatures(tmp_path_factory):
     keras.utils.set_random_seed(0)
     model = GPT2LM(vocabulary_size=VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8, max_sequence_length=8)
-    path = export_model(model, str(tmp_path_factory.mktemp("export") / "model"), max_new_tokens_limit=LIMIT)
+    path = export_model(
+        model, str(tmp_path_factory.mktemp("export") / "model"), max_new_tokens_limit=LIMIT, batch_sizes=(1, 2)
+    )
     return tf.saved_model.load(path).signatures
 
 
@@ -168,3 +170,31 @@ def test_serving_default(signatures, prompts):
     assert served == all(0 <= t < VOCABULARY for row in prompts for t in row)
     if served:
         assert np.isfinite(call()).all()
+
+
+def test_empty_batches_and_long_prompts_are_refused_in_one_line(signatures):
+    empty = np.zeros((0, 3), np.int32)
+    assert not refused_in_one_line(lambda: generate(signatures, empty, np.zeros((0,), np.int32)), ["prompt"])
+    serving = signatures["serving_default"]
+    assert not refused_in_one_line(lambda: serving(token_ids=tf.constant(empty)), ["prompt"])
+    # Past the model's context (8 positions): `serving_default` refuses, `generate` slides its window.
+    assert not refused_in_one_line(lambda: serving(token_ids=tf.ones((1, 9), tf.int32)), ["token_ids"])
+    assert refused_in_one_line(lambda: generate(signatures, [[1] * 9], [9]), ["token_ids"])
+
+
+def test_decode_chunk_refuses_merged_states_in_one_line(signatures):
+    from pipelines.serving_requests import decode_chunk_request, generate_request
+
+    def prefill(prompts):
+        request = generate_request(prompts, 3)
+        specs = signatures["prefill"].structured_input_signature[1]
+        return signatures["prefill"](**{k: tf.constant(v, specs[k].dtype) for k, v in request.items()})
+
+    # Two clients' states, one at a later position: merged, the rows are not at one position.
+    first = signatures["decode_chunk"](**decode_chunk_request(prefill([[3, 1, 4]]), 1))
+    second = prefill([[3, 1]])
+    merged = {k: tf.concat([first[k], second[k]], 0) for k in second}
+    call = signatures["decode_chunk"]
+    assert not refused_in_one_line(lambda: call(**decode_chunk_request(merged, 1)), ["one position"])
+    state = decode_chunk_request(second, 1)
+    assert not refused_in_one_line(lambda: call(**dict(state, num_tokens=tf.constant([0]))), ["num_tokens"])

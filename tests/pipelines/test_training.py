@@ -58,14 +58,14 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, small_wik
     result = run_tfam(tiny_args(small_wikitext, killed, **args), env={"TFAM_FAULT": "step:8"}, check=False)
     assert result.returncode == -signal.SIGKILL
     with open(metadata) as f:
-        resumed_epoch = json.load(f)["epoch"]
-    assert resumed_epoch == 2
+        resumed_step = json.load(f)["step"]
+    assert resumed_step == 6  # the backups after steps 3 and 6
 
     result = run_tfam(tiny_args(small_wikitext, killed, **args))
     assert "which is no longer running: taking it over" in result.stderr  # the killed run's lock
     summary = _summary(killed)
     assert summary["steps"] == 12
-    assert summary["resumed_from_step"] == 3 * resumed_epoch
+    assert summary["resumed_from_step"] == resumed_step
     assert "resumed at step" in result.stdout
     assert os.listdir(os.path.join(killed, "export")) == ["1"] and leftovers(killed) == []
     for a, b in zip(_final_weights(killed), _final_weights(reference)):
@@ -74,6 +74,34 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, small_wik
     # Rerunning a finished run changes nothing.
     run_tfam(tiny_args(small_wikitext, killed, **args))
     assert _summary(killed)["steps"] == 12
+
+
+def test_a_larger_max_steps_extends_a_finished_run_exactly_and_a_smaller_one_is_refused(tmp_path, small_wikitext):
+    # Item 1: --max-steps 20 then 25 trained 35 steps, its stream restarted at step 10. A constant learning rate
+    # after the warmup (`--min-learning-rate-ratio 1`): the cosine decay stretches to the new --max-steps, so that
+    # only then are the first 20 steps of both runs the same.
+    args = {"backup-every": 10, "eval-every": 25, "jit": "off", "precision": "float32", "export": "off"}
+    args["min-learning-rate-ratio"] = 1
+    reference = str(tmp_path / "reference")
+    run_tfam(tiny_args(small_wikitext, reference, **args, **{"max-steps": 25}))
+    extended = str(tmp_path / "extended")
+    run_tfam(tiny_args(small_wikitext, extended, **args, **{"max-steps": 20}))
+    assert _summary(extended)["steps"] == 20
+    result = run_tfam(tiny_args(small_wikitext, extended, **args, **{"max-steps": 25}))
+    summary = _summary(extended)
+    assert (summary["steps"], summary["max_steps"], summary["resumed_from_step"]) == (25, 25, 20)
+    assert "(resumed at step 20)" in result.stdout
+    for a, b in zip(_final_weights(extended), _final_weights(reference)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+    backup = os.path.join(extended, "backup", "step-25.weights.h5")
+    result = run_tfam(tiny_args(small_wikitext, extended, **args, **{"max-steps": 15}), check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"tfam: error: `--max-steps` must be at least 25, the step this run has reached ({backup}): a run is "
+        "extended, never shortened (for fewer steps, use another --out). Received: max_steps=15"
+    ]
+    assert _summary(extended)["steps"] == 25
 
 
 def test_two_mirrored_replicas_match_one_device(tmp_path, small_wikitext):
@@ -278,6 +306,33 @@ def test_file_splits_without_data_dir_never_reach_tfds(tmp_path, monkeypatch):
         split_text(config, "valid")
 
 
+def test_offline_train_without_data_dir_fails_at_once_naming_data_dir(tmp_path, monkeypatch):
+    # Item 8: offline, `tfam train` without --data-dir showed TFDS download progress and failed after 204-414 s
+    # of retries. Here no host name resolves (this test's resolver), and TFDS must not be reached.
+    import socket
+    import time
+
+    from pipelines.data import wikitext_tfds
+
+    def no_such_host(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    def downloads(*args, **kwargs):
+        raise AssertionError("TFDS's download was reached")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    monkeypatch.setattr(wikitext_tfds.Wikitext, "download_and_prepare", downloads)
+    run = str(tmp_path / "run")
+    began = time.monotonic()
+    result = run_tfam([arg for arg in tiny_args(None, run) if arg not in ("--data-dir", "None")], check=False)
+    assert time.monotonic() - began < 30  # the lookups fail at once here; each is bounded by seconds anyway
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("tfam: error: WikiText (wikitext-2-v1) is not prepared in ") and "Pass --data-dir" in line
+    assert "no answer from wikitext.smerity.com, s3.amazonaws.com (offline?)" in line
+    assert not os.path.exists(run)
+
+
 def test_every_config_value_is_checked_before_anything_is_written(tmp_path, small_wikitext):
     # Item 4: --vocabulary-size -5 trained with 5 words dropped and config.json recorded -5.
     result = run_tfam(tiny_args(small_wikitext, str(tmp_path / "r"), **{"vocabulary-size": -5}), check=False)
@@ -335,3 +390,20 @@ def test_a_nan_stop_exits_with_1(tmp_path, small_wikitext):
     assert result.stderr.strip().splitlines()[-1].startswith("tfam: error: training stopped at step ")
     summary = _summary(run)
     assert summary["stopped_on_nan"] and summary["export"] is None and summary["final_checkpoint"] is None
+
+
+def test_the_learning_rate_schedule_counts_optimizer_steps_under_gradient_accumulation():
+    # Keras' schedules see batches: with 4 batches a step, the schedule at batch 4n is the schedule of step n.
+    from pipelines.training import build_optimizer
+
+    def schedule(optimizer):
+        return keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+
+    overrides = {"max_steps": 8, "warmup_steps": 2, "learning_rate": 1e-3, "min_learning_rate_ratio": 0.1}
+    single = schedule(build_optimizer(load_config("gpt2_tiny", overrides)))
+    optimizer = build_optimizer(load_config("gpt2_tiny", {**overrides, "gradient_accumulation_steps": 4}))
+    accumulated = schedule(optimizer)
+    assert optimizer.gradient_accumulation_steps == 4
+    for step in range(9):
+        np.testing.assert_allclose(float(accumulated(4 * step)), float(single(step)), rtol=1e-6)
+    assert float(single(2)) == pytest.approx(1e-3) and float(single(8)) == pytest.approx(1e-4)

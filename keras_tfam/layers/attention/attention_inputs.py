@@ -1,9 +1,90 @@
 """The first step of every attention call: the call checked against what the kind declares, inputs resolved
-(defaults, Keras masks) and a memory prepended."""
+(defaults, Keras masks) and a memory prepended.
 
+Masks are boolean (`True` = may attend), or integers 0 / 1. A float mask is
+refused rather than guessed at: `0 / -1e9` is an additive mask in some
+libraries and `1 / 0` a multiplicative one in others, and read as booleans
+the first inverts what it means. Pass `additive_mask == 0` instead.
+"""
+
+import keras
+import numpy as np
 from keras import ops
 
 from keras_tfam.ops import masks as mask_ops
+from keras_tfam.utils import static_dim
+
+
+def check_mask(name, mask, axes, broadcast=False):
+    """A one-line `ValueError` naming `name` unless `mask` is boolean (or 0/1 integers) of the shape `axes` says.
+
+    Args:
+        name: the argument's name, for the message.
+        mask: the mask, or `None` (nothing to check).
+        axes: `((label, size), ...)`, one pair per axis; a size of `None` is
+            not checked (unknown until the call runs).
+        broadcast: an axis of size 1 is accepted too (it broadcasts).
+
+    Shapes are checked where they are static; the values of an integer mask
+    only when they are known (an eager call), so a traced call is not broken.
+    """
+    if mask is None:
+        return
+    shape = tuple(getattr(mask, "shape", None) or np.shape(mask))
+    dtype = keras.backend.standardize_dtype(getattr(mask, "dtype", None) or np.asarray(mask).dtype)
+    wanted = "(" + ", ".join(label if size is None else f"{label}={size}" for label, size in axes) + ")"
+    if dtype != "bool" and "int" not in dtype:
+        raise ValueError(
+            f"`{name}` must be boolean (True = may attend) or 0/1 integers; a float mask is refused rather than "
+            f"read as booleans (an additive 0 / -1e9 mask would invert): pass `mask == 0` for one. "
+            f"Received: {name}.dtype={dtype}"
+        )
+    sizes = [static_dim(dim) for dim in shape]
+    fits = len(shape) == len(axes) and all(
+        got is None or size is None or got == size or (broadcast and got == 1) for got, (_, size) in zip(sizes, axes)
+    )
+    if not fits:
+        allowed = " (an axis of 1 broadcasts)" if broadcast else ""
+        raise ValueError(f"`{name}` must have shape {wanted}{allowed}. Received: {name}.shape={tuple(sizes)}")
+    if dtype != "bool":
+        try:
+            values = ops.convert_to_numpy(mask)
+        except Exception:  # traced or symbolic: no values yet
+            return
+        if not np.isin(values, (0, 1)).all():
+            found = sorted({int(v) for v in values.flat})[:5]
+            raise ValueError(f"`{name}` must be boolean or 0/1 integers. Received: {name} with values {found}")
+
+
+def _static_length(x):
+    shape = tuple(x.shape)
+    return static_dim(shape[1]) if len(shape) > 1 else None
+
+
+def check_padding_masks(query, value, key, query_mask, value_mask, key_mask, cache):
+    """The padding masks of an attention call checked against the queries and keys they go with."""
+    batch = static_dim(tuple(query.shape)[0])
+    value = query if value is None else value
+    key = value if key is None else key
+    # With a cache the keys are the cache's positions (a length the cache holds, in a form of its kind).
+    value_length, key_length = (None, None) if cache is not None else (_static_length(value), _static_length(key))
+    check_mask("query_mask", query_mask, (("batch", batch), ("query length", _static_length(query))))
+    check_mask("value_mask", value_mask, (("batch", batch), ("value length", value_length)))
+    check_mask("key_mask", key_mask, (("batch", batch), ("key length", key_length)))
+
+
+def check_attention_mask(query, value, key, attention_mask, cache, memory):
+    """`attention_mask` checked against `(batch, query length, key length)`, a memory's positions included."""
+    if attention_mask is None:
+        return
+    key = key if key is not None else value if value is not None else query
+    keys = None if cache is not None else _static_length(key)
+    if memory is not None:
+        memory_length = _static_length(memory)
+        keys = None if keys is None or memory_length is None else keys + memory_length
+    batch, length = static_dim(tuple(query.shape)[0]), _static_length(query)
+    axes = (("batch", batch), ("query length", length), ("key length", keys))
+    check_mask("attention_mask", attention_mask, axes, broadcast=True)
 
 
 def check_call(
@@ -44,6 +125,7 @@ def check_call(
             }.get(name, f"{name}=True")
             reason = layer.refusal_reasons.get(name)
             raise ValueError(f"{kind} takes no `{name}`{f' ({reason})' if reason else ''}. Received: {shown}")
+    check_attention_mask(query, value, key, attention_mask, cache, memory)
     if layer.self_attention_only and (key is not None or (value is not None and value is not query)):
         raise ValueError(f"{kind} is self-attention: pass `query` only (or `value` = `query`), no other `key`.")
     if layer.pattern is not None and layer.pattern.depends_on_length and (use_causal_mask or cache is not None):
@@ -71,6 +153,7 @@ def resolve_inputs(query, value, key, query_mask, value_mask, key_mask, cache):
     tensors, so the Keras masks are read here, as Keras' own attention does.
     In self-attention without a cache the keys share the queries' padding.
     """
+    check_padding_masks(query, value, key, query_mask, value_mask, key_mask, cache)
     query_mask = mask_ops.keras_mask(query) if query_mask is None else query_mask
     if value is None:
         value = query
@@ -95,6 +178,7 @@ def prepend_memory(query, value, key, key_padding_mask, memory, memory_mask):
         raise ValueError(
             f"`memory` must have the batch size of the queries ({query.shape[0]}). Received: memory.shape={shape}"
         )
+    check_mask("memory_mask", memory_mask, (("batch", static_dim(shape[0])), ("memory length", static_dim(shape[1]))))
     memory = ops.cast(memory, key.dtype)
     if memory_mask is not None or key_padding_mask is not None:
         batch = ops.shape(memory)[0]

@@ -136,7 +136,11 @@ class MultiHeadAttention(BaseAttention):
         query_mask, value_mask, key_mask: boolean padding masks `(B, T)`,
             `(B, S)`, `(B, S)`, `True` = real token; filled in from Keras
             masks (`Embedding(mask_zero=True)`) when not given.
-        attention_mask: boolean `(B, T, S)`, `True` = may attend.
+        attention_mask: boolean `(B, T, S)`, `True` = may attend (an axis
+            of 1 broadcasts). Masks may be 0/1 integers too; a float mask is
+            refused, not read as additive (`0` keep, `-1e9` drop) nor as
+            booleans: pass `additive_mask == 0`. A mask of another shape is
+            refused naming it (`attention_inputs.check_mask`).
         use_causal_mask: hide keys at later positions than the query.
         window: attend to at most the `window` most recent positions (an
             int or scalar int tensor), or `None`; intersected with the

@@ -2,8 +2,10 @@
 
 import keras
 
+from keras_tfam.layers.attention.attention_inputs import check_mask
 from keras_tfam.layers.blocks.transformer_block_base import TransformerBlockBase
 from keras_tfam.ops import masks as mask_ops
+from keras_tfam.utils import static_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -36,7 +38,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
             `decoder_sequence`). With a cache, it covers the cache: `(B, L)`.
         decoder_attention_mask: `(B, T, T)`, or `(B, T, L)` with a cache.
         encoder_padding_mask: `(B, S)`.
-        encoder_attention_mask: `(B, T, S)`.
+        encoder_attention_mask: `(B, T, S)`. Every mask is boolean (`True`
+            = may attend) or 0/1 integers; a float (additive) mask is
+            refused: pass `additive_mask == 0`.
         self_attention_cache: `(B, 2, L, K, H)` or `None`.
         self_attention_cache_update_index: where the new tokens go.
         self_attention_window: the self-attention sees at most this many
@@ -113,6 +117,15 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 "This block has a cross-attention sublayer and needs `encoder_sequence` "
                 "(or `cross_attention_cache`). Received: encoder_sequence=None"
             )
+        # Each mask named as passed; with a cache the keys are the cache's positions.
+        batch, length = (static_dim(dim) for dim in tuple(decoder_sequence.shape)[:2])
+        keys = ("keys", length if self_attention_cache is None else None)
+        source = ("source", None if encoder_sequence is None else static_dim(tuple(encoder_sequence.shape)[1]))
+        batch, length = ("batch", batch), ("length", length)
+        check_mask("decoder_padding_mask", decoder_padding_mask, (batch, keys))
+        check_mask("decoder_attention_mask", decoder_attention_mask, (batch, length, keys), broadcast=True)
+        check_mask("encoder_padding_mask", encoder_padding_mask, (batch, source))
+        check_mask("encoder_attention_mask", encoder_attention_mask, (batch, length, source), broadcast=True)
         if decoder_padding_mask is None and self_attention_cache is None:
             decoder_padding_mask = mask_ops.keras_mask(decoder_sequence)
         if encoder_padding_mask is None and encoder_sequence is not None:

@@ -2,8 +2,10 @@
 
 import keras
 
+from keras_tfam.layers.attention.attention_inputs import check_mask
 from keras_tfam.layers.blocks.transformer_block_base import TransformerBlockBase
 from keras_tfam.ops import masks as mask_ops
+from keras_tfam.utils import static_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
@@ -35,7 +37,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
         inputs: `(B, T, D)`.
         padding_mask: boolean `(B, T)`, `True` = real token. Taken from the
             Keras mask of `inputs` when not given.
-        attention_mask: boolean `(B, T, T)`, `True` = may attend.
+        attention_mask: boolean `(B, T, T)`, `True` = may attend. Masks may
+            be 0/1 integers; a float (additive) mask is refused: pass
+            `additive_mask == 0`.
         use_causal_mask: restrict attention to earlier positions.
         training: whether dropout is active.
 
@@ -64,6 +68,10 @@ class TransformerEncoderBlock(TransformerBlockBase):
         self.built = True
 
     def call(self, inputs, padding_mask=None, attention_mask=None, use_causal_mask=False, training=None):
+        batch, length = (static_dim(dim) for dim in tuple(inputs.shape)[:2])
+        check_mask("padding_mask", padding_mask, (("batch", batch), ("length", length)))
+        axes = (("batch", batch), ("query length", length), ("key length", length))
+        check_mask("attention_mask", attention_mask, axes, broadcast=True)
         if padding_mask is None:
             padding_mask = mask_ops.keras_mask(inputs)
 

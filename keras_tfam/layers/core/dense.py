@@ -3,11 +3,11 @@
 import keras
 
 from keras_tfam.engine import current_engine
-from keras_tfam.keras_compat import FreesDeletedVariables
+from keras_tfam.keras_compat import FreesDeletedVariables, SavesQuantizedLora
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class Dense(FreesDeletedVariables, keras.layers.Dense):
+class Dense(SavesQuantizedLora, FreesDeletedVariables, keras.layers.Dense):
     """Keras' `Dense` layer: `activation(x @ kernel + bias)`.
 
     Outside an entered engine it computes what Keras' `Dense` computes. Inside one (the generator's decoding

@@ -5,12 +5,12 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.engine import current_engine
-from keras_tfam.keras_compat import FreesDeletedVariables
+from keras_tfam.keras_compat import FreesDeletedVariables, SavesQuantizedLora
 from keras_tfam.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfam")
-class TiedEmbedding(FreesDeletedVariables, keras.layers.ReversibleEmbedding):
+class TiedEmbedding(SavesQuantizedLora, FreesDeletedVariables, keras.layers.ReversibleEmbedding):
     """Embeds token ids, and projects hidden states back onto the vocabulary.
 
     Weight tying (Press & Wolf 2017, as in GPT-2): one `(V, D)` matrix `E`
