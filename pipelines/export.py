@@ -190,6 +190,9 @@ def export_model(
     """
     limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
     decoding = dict(batch_sizes=batch_sizes, jit_compile=jit_compile)
+    planned = resolve_version_dir(export_dir)
+    if os.path.exists(planned) and not overwrite:  # refused before the signatures are traced
+        raise FileExistsError(f"Export {planned!r} exists already; pass --overwrite to replace it")
     files = None
     if tokenizer is not None and tokenizer.kind == "huggingface":
         files = {f"{TOKENIZER_ASSETS}/{os.path.basename(name)}": data for name, data in tokenizer.files().items()}
@@ -202,7 +205,6 @@ def export_model(
         return _export(archive, export_dir, overwrite, files)
     split_text = not core_ops_only(tokenizer)
     if split_text:
-        planned = resolve_version_dir(export_dir)
         text_planned = os.path.join(text_export_dir(os.path.dirname(planned)), os.path.basename(planned))
         if os.path.exists(text_planned) and not overwrite:
             raise FileExistsError(f"Export {text_planned!r} exists already; pass --overwrite to replace it")

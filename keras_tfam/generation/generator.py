@@ -5,6 +5,7 @@ Models get `generate` from `GenerationMixin`.
 
 import collections
 import dataclasses
+import functools
 
 import keras
 import numpy as np
@@ -36,7 +37,9 @@ def compile_function(fn, model, jit_compile=True, engine=PLAIN):
         import tensorflow as tf  # the backend Keras already runs on
 
         # No autograph: the loop is backend-neutral (keras.ops control flow), and converting it takes long.
-        return tf.function(fn, jit_compile=jit_compile, autograph=False)
+        # A partial of its own: TensorFlow counts traces per function code, where each request's shapes trace
+        # a new function once, which its "frequent retracing" advice would count as retraces of one.
+        return tf.function(functools.partial(fn), jit_compile=jit_compile, autograph=False)
     if backend == "jax":
         variables = list(getattr(model, "variables", []))
 

@@ -31,6 +31,14 @@ class ServingLoop:
         logprobs: also return each chosen token's log-probability.
         fits_context: the buffer is known to fit the window, so no step
             slides it.
+
+    Examples:
+        >>> model = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> loop = ServingLoop(model, Sampling(GreedySampler()))
+        >>> state = loop.start(np.array([[5, 7, 0]]), np.array([2]), np.array([3]), np.array([0]))
+        >>> outputs = loop.finish(loop.run(state))
+        >>> keras.ops.convert_to_numpy(outputs["token_ids"])[0, :5].tolist() == model.generate([[5, 7]], 3)[0].tolist()
+        True
     """
 
     def __init__(

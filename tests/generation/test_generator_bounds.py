@@ -73,3 +73,20 @@ def test_numpy_scalars_are_accepted():
     np.testing.assert_array_equal(out, expected)
     sampled = model.generate([[1, 2]], np.int32(4), sampler="top_p", seed=np.int64(3), **CHEAP_LOOP)
     assert sampled.shape == (1, 6)
+
+
+def test_prompts_of_many_lengths_print_no_retracing_advice():
+    # TensorFlow's advice on "frequent retracing" counts traces per function code: each length traces its own loop.
+    import io
+    import logging
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logging.getLogger("tensorflow").addHandler(handler)
+    try:
+        model = tiny()
+        for length in range(1, 8):
+            model.generate(np.ones((1, length), np.int32), 2, **CHEAP_LOOP)
+    finally:
+        logging.getLogger("tensorflow").removeHandler(handler)
+    assert "retracing" not in stream.getvalue()

@@ -40,7 +40,7 @@ def test_token_signatures_load_without_tensorflow_text(tmp_path):
     model = GPT2LM(
         vocabulary_size=tokenizer.vocabulary_size, num_layers=1, num_heads=2, hidden_dim=16, max_sequence_length=32
     )
-    version = export_model(model, str(tmp_path / "models"), tokenizer, batch_sizes=(1,))
+    version = export_model(model, str(tmp_path / "models"), tokenizer, jit_compile=False)
     text_version = os.path.join(text_export_dir(str(tmp_path / "models")), "1")
     assert version == str(tmp_path / "models" / "1") and os.path.isdir(text_version)
     prompt = [5, 17, 30]

@@ -147,11 +147,11 @@ def test_int8_files_are_keras_int8_dense_files(tmp_path):
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x)), keras.ops.convert_to_numpy(ours_model(x)))
 
 
-def test_int8_lora_trains_and_merges_as_keras_does(tmp_path):
+def test_int8_lora_trains_as_keras_does_and_saves_its_factors(tmp_path):
     ours, theirs = _pair()
     for layer in (ours, theirs):
         layer.quantize("int8")
-    dequantized = keras.ops.convert_to_numpy(ours.kernel) / keras.ops.convert_to_numpy(ours.kernel_scale)
+    quantized = [keras.ops.convert_to_numpy(v) for v in (ours.kernel, ours.kernel_scale)]
     for layer in (ours, theirs):
         layer.enable_lora(2)
     theirs.lora_kernel_a.assign(ours.lora_kernel_a)
@@ -163,16 +163,12 @@ def test_int8_lora_trains_and_merges_as_keras_does(tmp_path):
     )
     assert [v.name for v in ours.trainable_variables] == [v.name for v in theirs.trainable_variables]
     assert "kernel" not in [v.name for v in ours.trainable_variables]
-    # Saved, the adapters are merged into the int8 kernel and its scales as Keras merges them.
-    ours_model, theirs_model = (keras.Sequential([keras.Input((8,)), layer]) for layer in (ours, theirs))
-    ours_file = _saved(ours_model, tmp_path / "ours.weights.h5")
-    theirs_file = _saved(theirs_model, tmp_path / "theirs.weights.h5")
-    assert [a.shape for a in ours_file] == [(8, 6), (6,), (6,)]
-    for a, b in zip(ours_file, theirs_file, strict=True):
-        np.testing.assert_array_equal(a, b)
-    a, b = (keras.ops.convert_to_numpy(v) for v in (ours.lora_kernel_a, ours.lora_kernel_b))
-    expected = dequantized + (ours.lora_alpha / ours.lora_rank) * a @ b  # requantized per output channel
-    np.testing.assert_allclose(ours_file[0] / ours_file[2], expected, rtol=0, atol=np.abs(expected).max() / 254)
+    # Saved, a quantized layer keeps its int8 kernel, its scales and its factors as they are (Keras merges them
+    # and quantizes again, which changes the outputs: tests/test_keras_compat.py).
+    saved = _saved(keras.Sequential([keras.Input((8,)), ours]), tmp_path / "ours.weights.h5")
+    factors = [keras.ops.convert_to_numpy(v) for v in (ours.lora_kernel_a, ours.lora_kernel_b)]
+    for value in quantized + factors:
+        assert any(array.shape == value.shape and np.array_equal(array, value) for array in saved)
 
 
 class _Loop(keras.layers.Layer):
