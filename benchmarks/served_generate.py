@@ -1,6 +1,6 @@
 """The exported `generate` against the library's: GPT-2 small greedy decoding, in a TensorFlow-only process.
 
-    python benchmarks/served_generate.py [--precision float32 int8] [--tokens 64] [--repeats 2]
+    python benchmarks/served_generate.py [--tokens 64] [--repeats 1]
 
 Each case runs in a fresh process, the library's and the served ones alternating (`timing.interleaved_processes`):
 

@@ -1,6 +1,5 @@
 """The `tfam` training, evaluation, generation and export commands (see pipelines.cli)."""
 
-import argparse
 import contextlib
 import json
 import math
@@ -314,27 +313,12 @@ def _print_streamed(model, tokenizer, ids, head, stops, args, options):
     print(head + _settled_text(text, stops, final=True)[0][printed:], flush=True)
 
 
-def _export(args):
-    from pipelines.export import export_model
-
-    model, tokenizer = load_run(args.run, args.checkpoint)
-    path = export_model(
-        model,
-        args.out,
-        tokenizer,
-        overwrite=args.overwrite,
-        max_new_tokens_limit=args.max_new_tokens_limit,
-        jit_compile=not args.no_xla,
-        **({} if args.batch_sizes is None else {"batch_sizes": args.batch_sizes}),
-    )
-    print(f"exported {args.run} -> {path}")
-
-
 def add_commands(commands):
     """Adds `train`, `eval`, `generate`, `export` to the `tfam` sub-command parser."""
     from keras_tfam.generation import SAMPLERS
     from keras_tfam.generation.requests import OVERFLOWS
     from pipelines.config import add_config_arguments
+    from pipelines.export_command import add_export_command
 
     train = commands.add_parser(
         "train", help="train a GPT-2-style LM (rerun the same command to resume; a larger --max-steps extends the run)"
@@ -414,37 +398,4 @@ def add_commands(commands):
         steering.add_argument(f"--{name.replace('_', '-')}", type=type_, default=None, metavar=metavar, help=help_)
     generate.set_defaults(handler=_generate)
 
-    export = commands.add_parser("export", help="write the SavedModel (TF Serving layout)")
-    run_arguments(export)
-    export.add_argument("--out", required=True, help="EXPORT_DIR; ends in a version number, or one is added")
-    export.add_argument("--overwrite", action="store_true", help="replace an existing version")
-    export.add_argument(
-        "--max-new-tokens-limit",
-        type=int,
-        default=None,
-        help="the most new tokens a generate request may ask for (default: 4096, or the model's context if longer)",
-    )
-    export.add_argument(
-        "--batch-sizes",
-        type=_batch_sizes,
-        default=None,
-        metavar="N,N,...",
-        help="batch sizes the decoding loop is compiled for, as TF Serving's allowed_batch_sizes (default: 1,2,4,8)",
-    )
-    export.add_argument(
-        "--no-xla",
-        action="store_true",
-        help="decode without XLA, for a server that does not run it (TF Serving without --xla_cpu_compilation_enabled)",
-    )
-    export.set_defaults(handler=_export)
-
-
-def _batch_sizes(text):
-    """`--batch-sizes`: comma-separated positive integers."""
-    try:
-        sizes = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        sizes = ()
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"must be positive integers separated by commas. Received: {text!r}")
-    return sizes
+    add_export_command(commands, run_arguments)

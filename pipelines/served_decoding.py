@@ -121,7 +121,7 @@ class ServedDecoding:
         state = loop.start(
             token_ids, lengths, settings["max_new_tokens"], settings["seed"], settings["stop_token_ids"], new_tokens
         )
-        outputs = loop.finish(loop.run(state))
+        outputs = loop.finish(loop.run(state, compiled=False))
         outputs["token_ids"] = outputs["token_ids"][:, : tf.shape(token_ids)[1] + new_tokens]
         return outputs
 
@@ -178,7 +178,7 @@ class ServedDecoding:
         def run(state):
             carried = {name: state[name] for name in (*CARRIED_SETTINGS, "sent")}
             loop_state = {name: value for name, value in state.items() if name not in carried}
-            advanced = loop.run(dict(loop_state, index=state["index"][0], cache_inputs={}), until)
+            advanced = loop.run(dict(loop_state, index=state["index"][0], cache_inputs={}), until, self.jit_compile)
             advanced = {name: value for name, value in advanced.items() if name != "cache_inputs"}
             advanced["index"] = tf.fill(tf.shape(state["index"]), advanced["index"])
             return dict(advanced, **carried)

@@ -48,6 +48,28 @@ def asserting(checks):
         yield
 
 
+def shape_checks(inputs):
+    """`(ok, message, values)`: each of `inputs` (`{name: tensor}` of a signature's inputs) has the rank and the
+    static dimensions its signature declares, read at run time.
+
+    TF Serving passes a request's tensors on to the graph unchecked against the signature's shapes. The rank is
+    read as the place of a negative sentinel after the runtime shape, which no graph rewrite folds into the
+    declared rank (as it folds `tf.rank`); every input's first axis (its rows) is dynamic.
+    """
+    for name, value in inputs.items():
+        declared = value.shape.as_list()
+        padded = tf.concat([tf.shape(value), tf.fill([len(declared) + 1], -1)], 0)
+        ok = tf.equal(tf.argmin(padded, output_type=tf.int32), len(declared))
+        fixed = [axis for axis, size in enumerate(declared) if size is not None]
+        if fixed:
+            sizes = tf.gather(padded, fixed)
+            ok = tf.logical_and(ok, tf.reduce_all(tf.equal(sizes, [declared[axis] for axis in fixed])))
+        shape = ", ".join(
+            "rows" if axis == 0 else "any" if size is None else str(size) for axis, size in enumerate(declared)
+        )
+        yield ok, f"`{name}` must be a tensor of shape [{shape}]. Received: shape {{}}", [tf.shape(value)]
+
+
 # `max_new_tokens` a `generate` request may ask for by default: the token buffer and (for a model
 # without a fixed context) the caches grow with it, so a request is bounded by what the export allows.
 DEFAULT_MAX_NEW_TOKENS = 4096
@@ -140,7 +162,7 @@ class ServingFunctions:
         yield from prompt_checks(token_ids, tf.fill([rows], width), 1, self.model.vocabulary_size)
 
     def serving_default(self, token_ids):
-        with asserting(self._id_checks(token_ids)):
+        with asserting(shape_checks({"token_ids": token_ids})), asserting(self._id_checks(token_ids)):
             logits = self.model(token_ids, training=False)
         return {"logits": tf.cast(logits[:, -1], tf.float32)}
 
@@ -149,7 +171,8 @@ class ServingFunctions:
     ):
         settings = dict(zip(ROW_SETTINGS, (max_new_tokens, temperature, top_k, top_p, seed)))
         settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
-        return self._checked_generate(token_ids, lengths, settings)
+        with asserting(shape_checks(dict(token_ids=token_ids, lengths=lengths, **settings))):
+            return self._checked_generate(token_ids, lengths, settings)
 
     def _checked_generate(self, token_ids, lengths, settings):
         rows, max_new_tokens = tf.shape(token_ids)[0], settings["max_new_tokens"]
@@ -194,18 +217,22 @@ class ServingFunctions:
     ):
         settings = dict(zip(ROW_SETTINGS, (max_new_tokens, temperature, top_k, top_p, seed)))
         settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
-        rows = tf.shape(token_ids)[0]
-        checks = prompt_checks(token_ids, lengths, max_new_tokens, self.model.vocabulary_size)
-        sampler_checks = TensorSampler(temperature, top_k, top_p).checks()
-        with asserting(self._row_checks(rows, settings)), asserting(self._length_checks(max_new_tokens)):
-            with asserting(checks), asserting(sampler_checks):
-                with asserting(self.decoding.context_checks(token_ids, max_new_tokens)):
-                    return self.decoding.prefill(token_ids, lengths, settings)
+        with asserting(shape_checks(dict(token_ids=token_ids, lengths=lengths, **settings))):
+            rows = tf.shape(token_ids)[0]
+            checks = prompt_checks(token_ids, lengths, max_new_tokens, self.model.vocabulary_size)
+            sampler_checks = TensorSampler(temperature, top_k, top_p).checks()
+            with asserting(self._row_checks(rows, settings)), asserting(self._length_checks(max_new_tokens)):
+                with asserting(checks), asserting(sampler_checks):
+                    with asserting(self.decoding.context_checks(token_ids, max_new_tokens)):
+                        return self.decoding.prefill(token_ids, lengths, settings)
 
     def decode_chunk(self, *values):
         state = dict(zip(self.decoding.state_names(), values[:-1]))
         num_tokens = values[-1]
-        with asserting(self._chunk_checks(state, num_tokens)):
+        with (
+            asserting(shape_checks(dict(state, num_tokens=num_tokens))),
+            asserting(self._chunk_checks(state, num_tokens)),
+        ):
             return self.decoding.decode_chunk(state, num_tokens)
 
     def _chunk_checks(self, state, num_tokens):
@@ -255,10 +282,11 @@ class ServingFunctions:
     ):
         settings = dict(zip(ROW_SETTINGS, (max_new_tokens, temperature, top_k, top_p, seed)))
         settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
-        rows = tf.shape(prompts)[0]
-        checks = count_checks(rows, {"stop_strings": stop_strings})
-        with asserting(self._length_checks(settings["max_new_tokens"])), asserting(checks):
-            return self._generate_text(prompts, dict(settings, stop_strings=stop_strings))
+        with asserting(shape_checks(dict(prompts=prompts, **settings, stop_strings=stop_strings))):
+            rows = tf.shape(prompts)[0]
+            checks = count_checks(rows, {"stop_strings": stop_strings})
+            with asserting(self._length_checks(settings["max_new_tokens"])), asserting(checks):
+                return self._generate_text(prompts, dict(settings, stop_strings=stop_strings))
 
     def _generate_text(self, prompts, settings):
         tokenizer = self.tokenizer
@@ -308,11 +336,15 @@ class ServingFunctions:
             )
             return state["state_token_ids"], state["state_num_generated"]
 
-        def sliding():
+        def at_once():
+            # No stop string, or past the model's context: `generate` (its window slides there).
             generated = self._checked_generate(token_ids, lengths, settings)
             return generated["token_ids"], generated["num_generated"]
 
-        tokens, counts = tf.cond(self.decoding.fits(token_ids, settings["max_new_tokens"]), stopping, sliding)
         stops = settings["stop_strings"]
+        looks = tf.logical_and(
+            self.decoding.fits(token_ids, settings["max_new_tokens"]), tf.reduce_any(tf.strings.length(stops) > 0)
+        )
+        tokens, counts = tf.cond(looks, stopping, at_once)
         counts = completing_count(counts, stops, lambda counts: text(tokens, lengths, counts))
         return {"completions": cut_before_stop(text(tokens, lengths, counts), stops), "num_generated": counts}

@@ -16,8 +16,9 @@ import numpy as np
 
 from keras_tfam.convert.safetensors_checkpoint import SafetensorsCheckpoint, assign_tensors
 from keras_tfam.convert.undrawn_variables import build_and_fill
+from keras_tfam.convert.weight_transforms import Columns
 
-_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 # Causal-mask buffers of older checkpoints: GPT-2's `h.N.attn.bias`, GPT-Neo's `h.N.attn.attention.bias`.
 _BUFFER = re.compile(r"^h\.\d+\.attn\.(attention\.)?(masked_)?bias$")
 
@@ -47,12 +48,12 @@ def read_config(directory, model_type="gpt2"):
 def check_activation(config, directory):
     """The keras_tfam name of the config's `activation_function`; a `ValueError` when unsupported."""
     activation = config.get("activation_function", "gelu_new")
-    if activation not in _ACTIVATIONS:
+    if activation not in ACTIVATIONS:
         raise ValueError(
             f"Unsupported activation_function={activation!r} in {directory}/config.json; "
-            f"supported: {tuple(_ACTIVATIONS)}"
+            f"supported: {tuple(ACTIVATIONS)}"
         )
-    return _ACTIVATIONS[activation]
+    return ACTIVATIONS[activation]
 
 
 def _read_config(directory):
@@ -96,32 +97,37 @@ def huggingface_gpt2_arguments(config):
         "hidden_dim": config["n_embd"],
         "intermediate_dim": config.get("n_inner") or 4 * config["n_embd"],
         "max_sequence_length": config["n_positions"],
-        "activation": _ACTIVATIONS[config.get("activation_function", "gelu_new")],
+        "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")],
         "norm_epsilon": config.get("layer_norm_epsilon", 1e-5),
         "dropout": 0.0,
     }
 
 
-def embeddings_and_norms_map(model):
-    """The names GPT-2 and GPT-Neo share: embeddings, final norm, each block's two norms, MLP biases."""
+def gpt2_layout_map(model, attention_map, kernel):
+    """The names GPT-2 and GPT-Neo share, in the order of transformers' state dict (which decides how an export is
+    split into shards): embeddings; each block's norms, attention (`attention_map(attention, prefix)`) and MLP (its
+    kernels through `kernel(dense)`); the final norm."""
     mapping = {
         "wte.weight": [(model.token_embedding.embeddings, None)],
         "wpe.weight": [(model.position_embedding.position_embeddings, None)],
-        "ln_f.weight": [(model.final_norm.gamma, None)],
-        "ln_f.bias": [(model.final_norm.beta, None)],
     }
     for i, block in enumerate(model.transformer_blocks):
-        p = f"h.{i}."
+        p, feed_forward = f"h.{i}.", block.feed_forward
+        mapping[p + "ln_1.weight"] = [(block.self_attention_norm.gamma, None)]
+        mapping[p + "ln_1.bias"] = [(block.self_attention_norm.beta, None)]
+        mapping.update(attention_map(block.self_attention_layer, p))
         mapping.update(
             {
-                p + "ln_1.weight": [(block.self_attention_norm.gamma, None)],
-                p + "ln_1.bias": [(block.self_attention_norm.beta, None)],
                 p + "ln_2.weight": [(block.feed_forward_norm.gamma, None)],
                 p + "ln_2.bias": [(block.feed_forward_norm.beta, None)],
-                p + "mlp.c_fc.bias": [(block.feed_forward.intermediate_dense.bias, None)],
-                p + "mlp.c_proj.bias": [(block.feed_forward.output_dense.bias, None)],
+                p + "mlp.c_fc.weight": kernel(feed_forward.intermediate_dense),
+                p + "mlp.c_fc.bias": [(feed_forward.intermediate_dense.bias, None)],
+                p + "mlp.c_proj.weight": kernel(feed_forward.output_dense),
+                p + "mlp.c_proj.bias": [(feed_forward.output_dense.bias, None)],
             }
         )
+    mapping["ln_f.weight"] = [(model.final_norm.gamma, None)]
+    mapping["ln_f.bias"] = [(model.final_norm.beta, None)]
     return mapping
 
 
@@ -129,25 +135,16 @@ def gpt2_weight_map(model):
     """`{checkpoint name: [(variable, transform), ...]}` for a learned-position, LayerNorm GPT2LM."""
     d = model.hidden_dim
 
-    def columns(i):
-        return lambda w: w[..., i * d : (i + 1) * d]
-
-    mapping = embeddings_and_norms_map(model)
-    for i, block in enumerate(model.transformer_blocks):
-        attention = block.self_attention_layer
+    def attention_map(attention, p):
         qkv = (attention.query_dense, attention.key_dense, attention.value_dense)
-        p = f"h.{i}."
-        mapping.update(
-            {
-                p + "attn.c_attn.weight": [(dense.kernel, columns(j)) for j, dense in enumerate(qkv)],
-                p + "attn.c_attn.bias": [(dense.bias, columns(j)) for j, dense in enumerate(qkv)],
-                p + "attn.c_proj.weight": [(attention.output_dense.kernel, None)],
-                p + "attn.c_proj.bias": [(attention.output_dense.bias, None)],
-                p + "mlp.c_fc.weight": [(block.feed_forward.intermediate_dense.kernel, None)],
-                p + "mlp.c_proj.weight": [(block.feed_forward.output_dense.kernel, None)],
-            }
-        )
-    return mapping
+        return {
+            p + "attn.c_attn.weight": [(dense.kernel, Columns(j, d)) for j, dense in enumerate(qkv)],
+            p + "attn.c_attn.bias": [(dense.bias, Columns(j, d)) for j, dense in enumerate(qkv)],
+            p + "attn.c_proj.weight": [(attention.output_dense.kernel, None)],
+            p + "attn.c_proj.bias": [(attention.output_dense.bias, None)],
+        }
+
+    return gpt2_layout_map(model, attention_map, lambda dense: [(dense.kernel, None)])  # Conv1D is [in, out]
 
 
 def load_huggingface_gpt2(directory, cls, **overrides):

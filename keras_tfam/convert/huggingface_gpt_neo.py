@@ -15,12 +15,13 @@ loader must honour (see `GPTNeoSelfAttention` in transformers):
 
 from keras_tfam.convert.huggingface_gpt2 import (
     check_activation,
-    embeddings_and_norms_map,
+    gpt2_layout_map,
     open_checkpoint,
     read_config,
 )
 from keras_tfam.convert.safetensors_checkpoint import assign_tensors
 from keras_tfam.convert.undrawn_variables import build_and_fill
+from keras_tfam.convert.weight_transforms import transpose
 from keras_tfam.models.decoder_lm import LOCAL_LAYERS, local_layer_indices
 
 _KINDS = ("global", "local")
@@ -71,24 +72,19 @@ def gpt_neo_weight_map(model):
     """`{checkpoint name: [(variable, transform), ...]}` of a GPT-Neo checkpoint for a GPT2LM."""
 
     def kernel(dense):
-        return [(dense.kernel, lambda w: w.T)]  # nn.Linear [out, in] -> Dense [in, out]
+        return [(dense.kernel, transpose)]  # nn.Linear [out, in] -> Dense [in, out]
 
-    mapping = embeddings_and_norms_map(model)
-    for i, block in enumerate(model.transformer_blocks):
-        attention = block.self_attention_layer
-        p = f"h.{i}."
-        mapping.update(
-            {
-                p + "attn.attention.q_proj.weight": kernel(attention.query_dense),
-                p + "attn.attention.k_proj.weight": kernel(attention.key_dense),
-                p + "attn.attention.v_proj.weight": kernel(attention.value_dense),
-                p + "attn.attention.out_proj.weight": kernel(attention.output_dense),
-                p + "attn.attention.out_proj.bias": [(attention.output_dense.bias, None)],
-                p + "mlp.c_fc.weight": kernel(block.feed_forward.intermediate_dense),
-                p + "mlp.c_proj.weight": kernel(block.feed_forward.output_dense),
-            }
-        )
-    return mapping
+    def attention_map(attention, p):
+        p += "attn.attention."
+        return {
+            p + "k_proj.weight": kernel(attention.key_dense),
+            p + "v_proj.weight": kernel(attention.value_dense),
+            p + "q_proj.weight": kernel(attention.query_dense),
+            p + "out_proj.weight": kernel(attention.output_dense),
+            p + "out_proj.bias": [(attention.output_dense.bias, None)],
+        }
+
+    return gpt2_layout_map(model, attention_map, kernel)
 
 
 def load_huggingface_gpt_neo(directory, cls, **overrides):

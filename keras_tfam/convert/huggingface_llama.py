@@ -27,11 +27,10 @@ import math
 import os
 import re
 
-import numpy as np
-
 from keras_tfam.convert.huggingface_gpt2 import read_config
 from keras_tfam.convert.safetensors_checkpoint import SafetensorsCheckpoint, assign_tensors
 from keras_tfam.convert.undrawn_variables import build_and_fill
+from keras_tfam.convert.weight_transforms import transpose
 from keras_tfam.layers.position.rope_scaling import ROPE_SCALINGS, check_rope_scaling
 from keras_tfam.models.decoder_lm import DecoderLM
 
@@ -39,7 +38,7 @@ MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma")
 # `tie_word_embeddings` when a config leaves it out (transformers writes only what differs from the
 # class's default).
 _TIED_BY_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "gemma": True}
-_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"}
+ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"}
 # Buffers some checkpoints carry that are no parameters.
 _BUFFER = re.compile(r"^layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
 
@@ -50,9 +49,9 @@ def _activation(config, model_type, path):
         return "geglu_tanh"  # Gemma's first configs say "gelu" for its tanh approximation (transformers too)
     if name == "gelu":
         return "geglu"
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"Unsupported hidden_act={name!r} in {path}; supported: {(*_ACTIVATIONS, 'gelu')}")
-    return _ACTIVATIONS[name]
+    if name not in ACTIVATIONS:
+        raise ValueError(f"Unsupported hidden_act={name!r} in {path}; supported: {(*ACTIVATIONS, 'gelu')}")
+    return ACTIVATIONS[name]
 
 
 def rope_options(config, path):
@@ -149,36 +148,33 @@ def huggingface_llama_arguments(config, model_type, path):
 
 
 def llama_weight_map(model):
-    """`{checkpoint name without "model.": [(variable, transform), ...]}` of a Llama-family DecoderLM."""
+    """`{checkpoint name without "model.": [(variable, transform), ...]}` of a Llama-family DecoderLM, in the order
+    of transformers' state dict (which decides how an export is split into shards)."""
 
     def kernel(dense):
-        return [(dense.kernel, np.transpose)]  # nn.Linear [out, in] -> Dense [in, out]
+        return [(dense.kernel, transpose)]  # nn.Linear [out, in] -> Dense [in, out]
 
-    mapping = {
-        "embed_tokens.weight": [(model.token_embedding.embeddings, None)],
-        "norm.weight": [(model.final_norm.scale, None)],
-    }
-    if model.output_head is not None:
-        mapping["lm_head.weight"] = kernel(model.output_head)
+    mapping = {"embed_tokens.weight": [(model.token_embedding.embeddings, None)]}
     for i, block in enumerate(model.transformer_blocks):
         attention, feed_forward = block.self_attention_layer, block.feed_forward
         p = f"layers.{i}."
+        for name, dense in (("q", attention.query_dense), ("k", attention.key_dense), ("v", attention.value_dense)):
+            mapping[p + f"self_attn.{name}_proj.weight"] = kernel(dense)
+            if attention.qkv_bias:
+                mapping[p + f"self_attn.{name}_proj.bias"] = [(dense.bias, None)]
         mapping.update(
             {
-                p + "input_layernorm.weight": [(block.self_attention_norm.scale, None)],
-                p + "post_attention_layernorm.weight": [(block.feed_forward_norm.scale, None)],
-                p + "self_attn.q_proj.weight": kernel(attention.query_dense),
-                p + "self_attn.k_proj.weight": kernel(attention.key_dense),
-                p + "self_attn.v_proj.weight": kernel(attention.value_dense),
                 p + "self_attn.o_proj.weight": kernel(attention.output_dense),
                 p + "mlp.gate_proj.weight": kernel(feed_forward.gate_dense),
                 p + "mlp.up_proj.weight": kernel(feed_forward.intermediate_dense),
                 p + "mlp.down_proj.weight": kernel(feed_forward.output_dense),
+                p + "input_layernorm.weight": [(block.self_attention_norm.scale, None)],
+                p + "post_attention_layernorm.weight": [(block.feed_forward_norm.scale, None)],
             }
         )
-        if attention.qkv_bias:
-            for name, dense in (("q", attention.query_dense), ("k", attention.key_dense), ("v", attention.value_dense)):
-                mapping[p + f"self_attn.{name}_proj.bias"] = [(dense.bias, None)]
+    mapping["norm.weight"] = [(model.final_norm.scale, None)]
+    if model.output_head is not None:
+        mapping["lm_head.weight"] = kernel(model.output_head)
     return mapping
 
 

@@ -32,12 +32,13 @@ _ENTERED = threading.local()
 
 @dataclasses.dataclass
 class Decoding:
-    """One entered decoding call: its engine, the variables it computes with, its rows per step, and what the
-    engine prepared for its loop (`Engine.loop`)."""
+    """One entered decoding call: its engine, the variables it computes with, its rows per step, whether XLA
+    compiles it, and what the engine prepared for its loop (`Engine.loop`)."""
 
     engine: "Engine"
     variables: list
     rows: object = None
+    compiled: bool = True
     prepared: dict = dataclasses.field(default_factory=dict)
 
 
@@ -81,10 +82,11 @@ class Engine:
         return f"<keras_tfam engine {self.name!r}>"
 
     @contextlib.contextmanager
-    def decoding(self, variables=(), rows=None):
-        """Makes this the current engine for one decoding call; `rows`: the rows a loop step multiplies, if known."""
+    def decoding(self, variables=(), rows=None, compiled=True):
+        """Makes this the current engine for one decoding call; `rows`: the rows a loop step multiplies, if known;
+        `compiled`: whether XLA compiles the call (false: TensorFlow's executor runs it op by op)."""
         stack = _stack()
-        stack.append(Decoding(self, list(variables), rows))
+        stack.append(Decoding(self, list(variables), rows, compiled))
         try:
             yield self
         finally:

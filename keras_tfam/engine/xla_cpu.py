@@ -19,7 +19,7 @@ from keras_tfam.cpu import bfloat16_rows_pay, physical_memory_bytes
 from keras_tfam.engine import Engine, current_decoding
 from keras_tfam.utils import static_dim
 
-__all__ = ["XLA_CPU", "XlaCpuEngine", "columns_product", "one_row_by_rows", "rows_product"]
+__all__ = ["XLA_CPU", "XlaCpuEngine", "columns_product", "int8_sums", "one_row_by_rows", "rows_product"]
 
 # The most rows `columns_product` takes: past it, XLA's own product is as fast.
 MAX_FEW_ROWS = 64
@@ -30,6 +30,8 @@ BITS_OF = {"bfloat16": "uint16", "float16": "int16"}
 # XLA's CPU backend in recent jaxlibs hands reductions and dots to YNNPACK ("YNN fusions"), which runs the
 # attention of one decoded token over its cache slowly; an empty list turns them off for the decoding loop.
 JAX_CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+# The most terms of int8 products a float32 sum holds exactly: 1024 * 128**2 == 2**24.
+EXACT_INT8_TERMS = 1024
 
 
 def is_single_row(tensor):
@@ -173,6 +175,26 @@ def rows_product(inputs, rows, dtype):
     return ops.reshape(product, tuple(inputs.shape[:-1]) + (rows.shape[0],))
 
 
+def int8_sums(inputs, kernel):
+    """`inputs @ kernel` of int8 tensors as int32 sums, by float32 products over slices of at most
+    `EXACT_INT8_TERMS` terms (each slice's sum exact in float32), which TensorFlow's executor multiplies faster
+    than int8 by int8 on CPUs without int8 dot instructions.
+
+    Examples:
+        >>> x, w = np.full((2, 3000), -128, np.int8), np.full((3000, 4), -128, np.int8)
+        >>> int(keras.ops.convert_to_numpy(int8_sums(x, w))[0, 0]) == 3000 * 128**2
+        True
+    """
+    depth = kernel.shape[0]
+    total = None
+    for start in range(0, depth, EXACT_INT8_TERMS):
+        stop = min(start + EXACT_INT8_TERMS, depth)
+        part = ops.matmul(ops.cast(inputs[..., start:stop], "float32"), ops.cast(kernel[start:stop], "float32"))
+        part = ops.cast(part, "int32")
+        total = part if total is None else ops.add(total, part)
+    return total
+
+
 class XlaCpuEngine(Engine):
     """The forms XLA's CPU backend runs faster when decoding (module docstring), for TensorFlow and JAX.
 
@@ -181,6 +203,8 @@ class XlaCpuEngine(Engine):
     - One row plus a bias as `x - (-bias)`, which XLA does not output-fuse into a single-threaded loop.
     - Int8 kernels copied as int8 rows `(N, K)` once, before a loop of one or a few rows, which their `Dense`
       layers multiply by one row a byte a weight (`rows_product`), or by a few rows as `x @ rows^T`.
+    - Int8 kernels by many rows, in a call TensorFlow's executor runs (`compiled=False`, a served prefill),
+      as float32 products of slices that sum exactly (`int8_sums`).
     - One row by bfloat16 weights, or by an int8 tied embedding's table, read at their own width (`rows_product`).
     - A tied embedding's logits as `E @ h` for one row, `(E @ h^T)^T` for a few.
     - 16-bit float caches stored as their bits, which XLA writes in place.
@@ -307,12 +331,20 @@ class XlaCpuEngine(Engine):
     def int8_dense(self, layer, inputs):
         """`layer(inputs)` by the int8 rows of the kernel copied before the loop (`loop`): one row read a byte a
         weight (`rows_product`), a few rows as `x @ rows^T`, which XLA's CPU backend multiplies faster than
-        `x @ kernel`. Keras' int8 `Dense` outputs, the same integer sums; `None` (Keras' `_int8_call`) for
-        more rows, outside the loop or with LoRA."""
-        rows = None if layer.lora_enabled else self.kernel_rows(layer.kernel)
+        `x @ kernel`; more rows, in a call the executor runs, by `int8_sums`. Keras' int8 `Dense` outputs, the
+        same integer sums; `None` (Keras' `_int8_call`) for more rows in a compiled call or with LoRA."""
+        if layer.lora_enabled:
+            return None
+        rows = self.kernel_rows(layer.kernel)
         one_row = is_single_row(inputs)
         if rows is None or not (one_row or few_rows(inputs)):
-            return None
+            decoding = current_decoding()
+            if decoding is None or decoding.compiled or not layer.inputs_quantizer:
+                return None
+            inputs, inputs_scale = layer.inputs_quantizer(inputs, axis=-1)
+            x = ops.cast(int8_sums(inputs, ops.convert_to_tensor(layer.kernel)), layer.compute_dtype)
+            x = ops.divide(x, ops.multiply(layer.kernel_scale, inputs_scale))
+            return _activate(layer, x if layer.bias is None else ops.add(x, layer.bias))
         scale = layer.kernel_scale
         if layer.inputs_quantizer:
             inputs, inputs_scale = layer.inputs_quantizer(inputs, axis=-1)

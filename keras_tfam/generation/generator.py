@@ -16,6 +16,7 @@ from keras_tfam.generation.decoding import DecodingLoop, decoding_variables
 from keras_tfam.generation.prompts import pack_prompts
 from keras_tfam.generation.protocol import DecodingModel, check_protocol
 from keras_tfam.generation.requests import prepare_request
+from keras_tfam.generation.speculative import DraftedDecodingLoop
 from keras_tfam.utils import check_positive_int, static_dim
 
 # Compiled decoding loops a generator keeps (the least recently used goes first).
@@ -118,6 +119,8 @@ class Generator:
         stop_sequences=None,
         logits_processor=None,
         return_logprobs=False,
+        prompt_lookup_num_tokens=None,
+        max_matching_ngram_size=None,
     ):
         """Generates up to `max_new_tokens` tokens after each prompt.
 
@@ -167,6 +170,14 @@ class Generator:
             logits_processor: a `LogitsProcessor` or a list, applied after the
                 options above: a hook that sees the tokens so far.
             return_logprobs: return a dict (below) instead of the array.
+            prompt_lookup_num_tokens: draft this many tokens per step from
+                the tokens so far and verify them in one pass
+                (`speculative.PromptLookup`; transformers' option): the same
+                tokens, greedy or sampled with the same seed, in fewer passes
+                where the text repeats itself. One hypothesis per prompt,
+                models with positional caches, within the context.
+            max_matching_ngram_size: the longest n-gram prompt lookup matches
+                (default 2).
 
         The processors run in transformers' order (`processors.py`) on every
         step's logits; under beam search the hypotheses are ranked by the
@@ -220,20 +231,24 @@ class Generator:
         request = dataclasses.replace(request, plan=dataclasses.replace(request.plan, segment_ends=()))
         start, advance = self._function(request, streaming=True)
         longest = int(request.lengths.max())
-        state, sent = None, 0
-        while sent < request.max_new_tokens:
+        state, sent, finished = None, 0, False
+        while sent < request.max_new_tokens and not finished:
             until = np.asarray(longest + min(sent + chunk_size, request.max_new_tokens), np.int32)
             if state is None:
                 state = start(*request.arguments(), until)
             else:
                 state = advance(state, until)
             tokens = ops.convert_to_numpy(state["token_ids"])
-            count = min(chunk_size, request.max_new_tokens - sent)
-            positions = request.lengths[:, None] + sent + np.arange(count)[None, :]
-            yield np.take_along_axis(tokens, positions, axis=1)
-            sent += count
-            if bool(ops.convert_to_numpy(state["finished"])):
-                return
+            finished = bool(ops.convert_to_numpy(state["finished"]))
+            # A drafted step may pass `until`: once finished, the chunks of the tokens already generated follow.
+            ready = int(ops.convert_to_numpy(state["num_generated"]).max()) if finished else 0
+            while True:
+                count = min(chunk_size, request.max_new_tokens - sent)
+                positions = request.lengths[:, None] + sent + np.arange(count)[None, :]
+                yield np.take_along_axis(tokens, positions, axis=1)
+                sent += count
+                if sent >= min(ready, request.max_new_tokens):
+                    break
 
     def _function(self, request, streaming=False):
         """The compiled loop of a request (kept: the last `MAX_COMPILED_LOOPS` used); with `streaming`, the pair
@@ -243,19 +258,24 @@ class Generator:
         or `enable_lora` changed them would compute with the old weights.
         """
         model, search, engine, steering = self.model, request.search, request.engine, request.steering
-        width = request.bucket
+        drafter = request.drafter
+        width = request.bucket + (0 if drafter is None else drafter.num_tokens)
         key = (search.cache_key(), request.plan, width, request.pad_token_id, request.jit_compile, request.names)
         key += (engine, weights_form(model), steering.cache_key(), streaming)
+        key += (None if drafter is None else drafter.cache_key(),)
         if key in self._functions:
             self._functions.move_to_end(key)
             return self._functions[key][-1]
-        loop = DecodingLoop(
-            model, search, request.pad_token_id, request.plan, steering.processors, steering.stop_sequences,
-            steering.logprobs,
-        )  # fmt: skip
+        options = (steering.processors, steering.stop_sequences, steering.logprobs)
+        if drafter is None:
+            loop = DecodingLoop(model, search, request.pad_token_id, request.plan, *options)
+        else:
+            loop = DraftedDecodingLoop(model, search, request.pad_token_id, request.plan, drafter, *options)
+        # The rows a step multiplies: every hypothesis, times the positions a drafted step verifies.
+        rows = request.padded.shape[0] * search.beam_size * (1 if drafter is None else drafter.num_tokens + 1)
 
         def decoding():
-            return engine.decoding(decoding_variables(model), request.padded.shape[0] * search.beam_size)
+            return engine.decoding(decoding_variables(model), rows)
 
         def start(token_ids, lengths, max_new_tokens, seed, stop_token_ids, *values, until=None):
             tokens = pack_prompts(token_ids, lengths, width, request.pad_token_id)

@@ -53,6 +53,10 @@ class DecodingModel:
       prompt (rows of different lengths finish their prompts inside the
       loop); a model whose steps differ on prompt tokens (early exits) reads
       it. Otherwise the generator does not pass it.
+    - `positional_cache`: each position's cache entries live in slots of
+      their own, which a call at that position rewrites (no ring, no
+      recurrent state), so a step may write positions it then discards
+      (drafted decoding, `speculative.py`).
 
     Args:
         None: a base that declares the protocol; a model's constructor takes
@@ -69,6 +73,7 @@ class DecodingModel:
     returns_hidden_states = False
     output_vocabulary_size = None
     reads_prompt_rows = False
+    positional_cache = False
 
     def init_cache(self, batch_size, length, window=None, **cache_inputs):
         raise NotImplementedError
@@ -123,6 +128,10 @@ class DecodingWrapper(DecodingModel):
     @property
     def reads_prompt_rows(self):
         return self.wrapped.reads_prompt_rows
+
+    @property
+    def positional_cache(self):
+        return self.wrapped.positional_cache
 
     def init_cache(self, batch_size, length, window=None, **cache_inputs):
         return self.wrapped.init_cache(batch_size, length, window=window, **cache_inputs)

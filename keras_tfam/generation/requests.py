@@ -10,6 +10,7 @@ from keras_tfam.generation.decoding import plan_decoding
 from keras_tfam.generation.processors import build_processors, stop_sequence_table
 from keras_tfam.generation.prompts import as_padded_prompts, prompt_checks, raise_failed_checks
 from keras_tfam.generation.search import get_search
+from keras_tfam.generation.speculative import PromptLookup
 from keras_tfam.utils import check_positive_int, is_integer
 
 OVERFLOWS = ("slide", "error")
@@ -125,6 +126,7 @@ class Request:
     jit_compile: bool
     engine: object
     steering: object
+    drafter: object = None
 
     def arguments(self):
         """The compiled loop's arguments."""
@@ -150,6 +152,8 @@ def prepare_request(
     return_logprobs=False,
     min_p=None,
     stop_sequences=None,
+    prompt_lookup_num_tokens=None,
+    max_matching_ngram_size=None,
     **processor_options,
 ):
     """The `Request` of `Generator.generate`'s arguments for `model`, each checked (a `ValueError` naming a bad
@@ -186,7 +190,17 @@ def prepare_request(
     raise_failed_checks(prompt_checks(padded, lengths, max_new_tokens, vocabulary))
     window = resolve_window(model, window, overflow, padded.shape[1], max_new_tokens)
     bucket = length_bucket(max_new_tokens)
-    plan = plan_decoding(model, padded.shape[1] + bucket, int(lengths.min()), window)
+    drafter = resolve_drafter(model, search, prompt_lookup_num_tokens, max_matching_ngram_size)
+    drafted = 0 if drafter is None else drafter.num_tokens
+    plan = plan_decoding(model, padded.shape[1] + bucket + drafted, int(lengths.min()), window)
+    if drafter is not None:
+        if plan.mode != "full":
+            raise ValueError(
+                f"Prompt lookup decodes within the model's context ({window} positions): the prompt, "
+                f"max_new_tokens and prompt_lookup_num_tokens must fit it. Received: {padded.shape[1]} + "
+                f"{max_new_tokens} + {drafted}"
+            )
+        plan = dataclasses.replace(plan, segment_ends=())  # the caches hold the whole buffer from the start
     if seed is None:
         seed = int(np.random.randint(0, 2**31 - 1))
     if not is_integer(seed):
@@ -206,5 +220,26 @@ def prepare_request(
     )
     return Request(
         padded, lengths, max_new_tokens, seed, stop, names, values, search, plan, bucket, pad_token_id,
-        jit_compile, engine, steering,
+        jit_compile, engine, steering, drafter,
     )  # fmt: skip
+
+
+def resolve_drafter(model, search, num_tokens=None, max_matching_ngram_size=None):
+    """The `PromptLookup` drafter of `generate`'s options, or `None`; refused in one line for a model or search
+    it cannot draft for."""
+    if num_tokens is None:
+        if max_matching_ngram_size is not None:
+            raise ValueError(
+                "`max_matching_ngram_size` sets prompt lookup, which `prompt_lookup_num_tokens` turns on. "
+                f"Received: max_matching_ngram_size={max_matching_ngram_size!r}, prompt_lookup_num_tokens=None"
+            )
+        return None
+    drafter = PromptLookup(num_tokens, 2 if max_matching_ngram_size is None else max_matching_ngram_size)
+    if search.beam_size != 1:
+        raise ValueError(f"Prompt lookup drafts for one hypothesis per prompt. Received: beam_size={search.beam_size}")
+    if not model.positional_cache or model.reads_prompt_rows:
+        raise ValueError(
+            "Prompt lookup needs a model whose caches keep each position in a slot of its own (no ring, no "
+            f"recurrent state, no early exits). Received: model={type(model).__name__}"
+        )
+    return drafter

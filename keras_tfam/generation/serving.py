@@ -14,11 +14,11 @@ class ServingLoop:
     """The decoding loop on tensors of any (dynamic) shape, in the parts an exported signature holds apart.
 
     `start` packs the prompts and runs the prefill, whose length depends on
-    the values of `lengths`; `run` advances the state it returns (a flat
-    dict of tensors) and `finish` turns it into the outputs of `decode`.
-    Every shape in `run` and `finish` derives from the state's shapes, so
-    they can be XLA-compiled apart from `start`. Unchecked: enforce
-    `prompt_checks` before it (as assertions).
+    the values of `lengths`, in TensorFlow's executor; `run` advances the
+    state it returns (a flat dict of tensors) and `finish` turns it into the
+    outputs of `decode`. Every shape in `run` and `finish` derives from the
+    state's shapes, so they can be XLA-compiled apart from `start`.
+    Unchecked: enforce `prompt_checks` before it (as assertions).
 
     Args:
         model: implements the generation protocol.
@@ -66,12 +66,14 @@ class ServingLoop:
         tokens = pack_prompts(token_ids, lengths, width, self.loop.pad_token_id)
         if stop_token_ids is None:
             stop_token_ids = ops.zeros((0,), "int32")
-        with self.engine.decoding(self.variables, loop_rows(token_ids, self.loop.search)):
+        rows = loop_rows(token_ids, self.loop.search)
+        with self.engine.decoding(self.variables, rows, compiled=False):
             return self.loop.start(tokens, lengths, max_new_tokens, seed, stop_token_ids)
 
-    def run(self, state, until=None):
-        """The state advanced to position `until` (exclusive), or until every row is done."""
-        with self.engine.decoding(self.variables, static_dim(state["token_ids"].shape[0])):
+    def run(self, state, until=None, compiled=True):
+        """The state advanced to position `until` (exclusive), or until every row is done; `compiled`: whether
+        XLA compiles this call (false: the executor runs it)."""
+        with self.engine.decoding(self.variables, static_dim(state["token_ids"].shape[0]), compiled):
             return self.loop.run(state, until)
 
     def finished(self, state):
@@ -111,5 +113,6 @@ def generate_graph(
     """
     loop = ServingLoop(model, search, processors, pad_token_id, window, engine, return_logprobs, fits_context)
     state = loop.start(token_ids, lengths, max_new_tokens, seed, stop_token_ids, width)
-    outputs = (compile_loop or (lambda f: f))(lambda state: loop.finish(loop.run(state)))(state)
+    compiled = compile_loop is not None
+    outputs = (compile_loop or (lambda f: f))(lambda state: loop.finish(loop.run(state, compiled=compiled)))(state)
     return outputs if return_logprobs else outputs["token_ids"]

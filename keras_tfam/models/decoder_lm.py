@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_tfam.generation.generator import GenerationMixin
 from keras_tfam.generation.protocol import DecodeStep
+from keras_tfam.layers.attention.caches import KeyValueCache
 from keras_tfam.layers.attention.patterns.registry import get_pattern
 from keras_tfam.layers.attention.patterns.sliding_window import SlidingWindow
 from keras_tfam.layers.attention.registry import attention_kinds, make_attention
@@ -321,6 +322,14 @@ class DecoderLM(GenerationMixin, FunctionalModel):
             block.self_attention_layer.supports_ring_cache for block in self.transformer_blocks
         )
 
+    @property
+    def positional_cache(self):
+        """Every attention layer keeps each position's keys and values in a slot of its own (no ring nor state)."""
+        return all(
+            isinstance(store, KeyValueCache) and store.lookback is None
+            for store in (block.self_attention_layer.cache_for(None) for block in self.transformer_blocks)
+        )
+
     def init_cache(self, batch_size, length, window=None):
         """Empty caches, one per block: `(B, 2, slots, K, H)` keys/values (`slots` at most
         `window`; rings of `local_window` slots in local layers), or the recurrent
@@ -412,6 +421,19 @@ class DecoderLM(GenerationMixin, FunctionalModel):
     def from_keras_hub(cls, backbone, **overrides):
         """Copies the weights of a `keras_hub.models.GPT2Backbone`."""
         return checkpoint_loader("keras_hub_gpt2")(backbone, cls, **overrides)
+
+    def save_to_huggingface(self, directory, tokenizer=None, max_shard_size=None, dtype=None):
+        """Writes the model as a Hugging Face checkpoint directory: `keras_tfam.convert.save_to_huggingface`.
+
+        Examples:
+            >>> import tempfile
+            >>> model = GPT2LM(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, max_sequence_length=16)
+            >>> model.save_to_huggingface(tempfile.mkdtemp())
+            ['config.json', 'generation_config.json', 'model.safetensors']
+        """
+        from keras_tfam.convert.huggingface_export import save_to_huggingface  # the converter imports the models
+
+        return save_to_huggingface(self, directory, tokenizer, max_shard_size, dtype)
 
     def get_config(self):
         return {**base_model_config(self), "vocabulary_size": self.vocabulary_size, **option_config(self, self.OPTIONS)}

@@ -394,6 +394,11 @@ class CheckpointTokenizer(Tokenizer):
         rows = _as_ragged(ids).to_list()
         return tf.constant([self._tokenizer.decode(row) for row in rows], tf.string)
 
+    @property
+    def huggingface_tokenizer(self):
+        """The checkpoint's `keras_tfam.convert.HuggingFaceTokenizer` (what a Hugging Face export writes)."""
+        return self._tokenizer
+
     def files(self):
         return dict(self._files)
 

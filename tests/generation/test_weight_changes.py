@@ -6,7 +6,7 @@ import pytest
 from backend import compiled, forward, greedy_by_full_passes
 
 from keras_tfam.engine.xla_cpu import XLA_CPU
-from keras_tfam.generation import Generator
+from keras_tfam.generation import Generator, GreedySampler, Sampling, ServingLoop
 from keras_tfam.models import GPT2LM
 from keras_tfam.models.lora import sublayers
 
@@ -70,3 +70,17 @@ def test_int8_one_sequence_decodes_as_its_full_pass(config):
             step = call_with_cache(tokens[:, t : t + 1], step.cache, np.int32(t))
             logits.append(keras.ops.convert_to_numpy(step.logits))
         np.testing.assert_allclose(np.concatenate(logits, axis=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_an_int8_serving_loop_run_by_the_executor_decodes_as_the_library():
+    """`ServingLoop.start` runs its prefill op by op (many int8 rows by `int8_sums` in the CPU engine), the loop
+    after it too, uncompiled: the greedy tokens of the library's compiled `generate`, and of full passes."""
+    keras.utils.set_random_seed(0)
+    model = GPT2LM(vocabulary_size=41, num_layers=2, num_heads=2, hidden_dim=32, max_sequence_length=64)
+    model.quantize("int8")
+    prompts = np.array([[7, *range(2, 40)], [9, *range(3, 41)]], "int32")  # 76 prefilled rows
+    loop = ServingLoop(model, Sampling(GreedySampler()), fits_context=True)
+    state = loop.start(prompts, np.array([39, 39]), np.array([6, 6]), np.array([0, 0]))
+    tokens = keras.ops.convert_to_numpy(loop.finish(loop.run(state, compiled=False))["token_ids"])
+    assert tokens.tolist() == model.generate(prompts, 6).tolist()
+    assert tokens[0, 39:].tolist() == greedy_by_full_passes(model, prompts[0].tolist(), 6)[39:]

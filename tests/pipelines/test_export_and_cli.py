@@ -155,6 +155,28 @@ def test_cli_eval_generate_and_export(trained_run, small_wikitext, tmp_path):
         assert {len(inputs["lengths"]) for name, inputs in requests if name == "generate"} == sizes
 
 
+def test_export_to_huggingface_writes_a_checkpoint_that_imports_as_the_run_s_model(trained_run, tmp_path):
+    from keras_tfam.models import from_huggingface
+    from pipelines.commands import load_run
+
+    out = str(tmp_path / "hf")
+    mixed = run_tfam(
+        ["export", trained_run, "--out", out, "--format", "huggingface", "--batch-sizes", "1"], check=False
+    )
+    assert mixed.returncode == 2 and mixed.stderr.strip().splitlines() == [
+        "tfam: error: --batch-sizes set the SavedModel's decoding: not with --format huggingface"
+    ]
+    result = run_tfam(["export", trained_run, "--out", out, "--format", "huggingface"])
+    assert result.stdout.strip().endswith("(Hugging Face)")
+    assert "a word tokenizer has no Hugging Face form" in result.stderr  # the weights only, and said so
+    assert {"config.json", "generation_config.json", "model.safetensors"} <= set(os.listdir(out))
+    model, _ = load_run(trained_run, "best")
+    ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6]], "int32")
+    np.testing.assert_array_equal(from_huggingface(out)(ids).numpy(), model(ids).numpy())
+    again = run_tfam(["export", trained_run, "--out", out, "--format", "huggingface"], check=False)
+    assert again.returncode == 2 and "not empty; pass --overwrite" in again.stderr
+
+
 def test_failed_export_leaves_no_version_folder(trained_run, tmp_path, monkeypatch):
     from pipelines import export
 

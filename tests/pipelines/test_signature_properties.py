@@ -198,3 +198,74 @@ def test_decode_chunk_refuses_merged_states_in_one_line(signatures):
     assert not refused_in_one_line(lambda: call(**decode_chunk_request(merged, 1)), ["one position"])
     state = decode_chunk_request(second, 1)
     assert not refused_in_one_line(lambda: call(**dict(state, num_tokens=tf.constant([0]))), ["num_tokens"])
+
+
+SHAPED = settings(PROPERTY, max_examples=40)
+OTHER_DTYPES = [np.int64, np.float32, np.float64, np.int8, np.bool_, object]
+
+
+def valid_requests(signatures):
+    """`{signature: {input: array}}`: a request each signature serves (`decode_chunk`'s from a `prefill`)."""
+    from pipelines.serving_requests import decode_chunk_request, generate_request
+
+    request = {k: np.asarray(v) for k, v in generate_request([[3, 1, 4], [1, 5]], 3).items()}
+    specs = signatures["prefill"].structured_input_signature[1]
+    state = signatures["prefill"](**{k: tf.constant(v, specs[k].dtype) for k, v in request.items()})
+    chunk = {k: np.asarray(v) for k, v in decode_chunk_request({k: v.numpy() for k, v in state.items()}, 2).items()}
+    default = {"token_ids": np.array([[3, 1, 4]], np.int32)}
+    return {"serving_default": default, "generate": request, "prefill": request, "decode_chunk": chunk}
+
+
+@pytest.fixture(scope="module")
+def requests(signatures):
+    return valid_requests(signatures)
+
+
+@SHAPED
+@given(data=st.data(), signature=st.sampled_from(["serving_default", "generate", "prefill", "decode_chunk"]))
+@example(data=None, signature="generate")
+def test_an_input_of_any_rank_dtype_or_size_is_served_or_refused_naming_it(signatures, requests, data, signature):
+    """One input of a served request replaced by a tensor of any rank (0-3), size (0-3 along each axis; a state
+    tensor keeps its own shape past its rows) and dtype: served, or refused in one line. A wrong rank or shape
+    is refused naming that input (TF Serving passes a request's tensors on unchecked against the signature's
+    shapes); another dtype is refused by the signature itself, before any computation, as TF Serving does."""
+    request = dict(requests[signature])
+    specs = signatures[signature].structured_input_signature[1]
+    if data is None:  # a 0-dimensional prompt
+        name, value = "token_ids", np.array(3, np.int32)
+    else:
+        name = data.draw(st.sampled_from(sorted(request)), label="name")
+        dtype = data.draw(st.sampled_from([specs[name].dtype.as_numpy_dtype] * 4 + OTHER_DTYPES), label="dtype")
+        rank = data.draw(st.integers(0, 3), label="rank")
+        shape = data.draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank), label="shape")
+        if name.startswith("state_") and rank == request[name].ndim and rank:
+            shape = [shape[0], *request[name].shape[1:]]  # another number of rows of the same state
+        values = request[name].flat[: int(np.prod(shape))] if request[name].size >= np.prod(shape) else None
+        value = np.resize(request[name], shape) if values is None else values.reshape(shape)
+        value = value.astype(str).astype(object) if dtype is object else value.astype(dtype)
+    request[name] = value
+    inputs = {
+        k: tf.constant(v) if k != name or v.dtype != object else tf.constant(v.astype(bytes))
+        for k, v in request.items()
+    }
+    expected_dtype = specs[name].dtype
+    try:
+        outputs = signatures[signature](**inputs)
+    except TypeError as error:  # the signature's binding, in Python: names the input and its spec
+        assert tf.as_dtype(inputs[name].dtype) != expected_dtype and f"name='{name}'" in str(error), str(error)
+        return
+    except tf.errors.InvalidArgumentError as error:
+        if tf.as_dtype(inputs[name].dtype) != expected_dtype:  # the function's own check, as TF Serving's
+            assert "was expected to be a" in error.message and "tensor but is a" in error.message, error.message
+            return
+        assert not refused_in_one_line(lambda: signatures[signature](**inputs), sorted(request))
+        compatible = specs[name].shape.is_compatible_with(value.shape)
+        if not compatible:
+            assert name in error.message, error.message
+        return
+    assert tf.as_dtype(inputs[name].dtype) == expected_dtype and specs[name].shape.is_compatible_with(value.shape)
+    rows = len(request["token_ids"] if "token_ids" in request else request["state_index"])
+    assert all(len(out) == rows for out in outputs.values())
+    tokens = outputs.get("token_ids", outputs.get("state_token_ids"))
+    if tokens is not None:
+        assert tokens.numpy().min() >= 0 and tokens.numpy().max() < VOCABULARY

@@ -126,6 +126,29 @@ def test_int8_equals_keras_int8_dense_and_the_formula(config, shape, engine):
     np.testing.assert_allclose(out.reshape(-1, 6), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_int8_many_rows_in_an_executor_call_are_keras_integer_sums():
+    """In a decoding call the executor runs (`compiled=False`, as a served prefill), an int8 Dense of many rows
+    multiplies by float32 products of slices of at most 1024 terms (`int8_sums`): Keras' int8 outputs bit for
+    bit, also where 3000 terms of about 120 * 120 sum past 2 ** 24, which one float32 sum would round."""
+    signs = rng.choice([-1.0, 1.0], size=(1, 3000))
+    x = (signs * rng.uniform(0.9, 1.0, size=(80, 3000))).astype("float32")
+    kernel = rng.uniform(0.9, 1.0, size=(3000, 3)) * np.concatenate([signs.T, -signs.T, signs.T[::-1]], axis=1)
+    ours, theirs = Dense(3), keras.layers.Dense(3)
+    for layer in (ours, theirs):
+        layer.build((None, 3000))
+        layer.set_weights([kernel.astype("float32"), np.zeros(3, "float32")])
+        layer.quantize("int8")
+    with XLA_CPU.decoding(ours.variables, compiled=False):
+        out = keras.ops.convert_to_numpy(ours(x))
+    np.testing.assert_array_equal(out, keras.ops.convert_to_numpy(theirs(x)))
+    columns, scale = (keras.ops.convert_to_numpy(v) for v in (ours.kernel, ours.kernel_scale))
+    # Keras' activation quantizer, in float32: 127 / (max |x| + epsilon) per row, rounded half to even.
+    x_scale = np.float32(127) / (np.abs(x).max(-1, keepdims=True) + np.float32(keras.config.epsilon()))
+    sums = np.clip(np.round(x * x_scale), -127, 127).astype(np.int64) @ columns.astype(np.int64)
+    assert np.abs(sums).max() > 2**24
+    np.testing.assert_allclose(out, sums / (x_scale * scale), rtol=1e-6)
+
+
 def test_int8_files_are_keras_int8_dense_files(tmp_path):
     """Saved, an int8 layer is Keras' int8 `Dense` file, array for array, and loads either way."""
     ours, theirs = _pair()

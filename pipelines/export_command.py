@@ -1,0 +1,100 @@
+"""`tfam export`: a run's checkpoint as a SavedModel for TF Serving (the default), or as a Hugging Face checkpoint
+directory that transformers (and `from_huggingface`) load."""
+
+import argparse
+import os
+
+from pipelines.errors import notice
+from pipelines.run_loading import load_run
+
+FORMATS = ("savedmodel", "huggingface")
+# The options of the SavedModel's decoding, which a Hugging Face checkpoint does not hold.
+SAVEDMODEL_OPTIONS = {"max_new_tokens_limit": None, "batch_sizes": None, "no_xla": False}
+
+
+def _export(args):
+    if args.format == "huggingface":
+        given = [name for name, default in SAVEDMODEL_OPTIONS.items() if getattr(args, name) != default]
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags} set the SavedModel's decoding: not with --format huggingface")
+        return _export_huggingface(args)
+    from pipelines.export import export_model
+
+    model, tokenizer = load_run(args.run, args.checkpoint)
+    path = export_model(
+        model,
+        args.out,
+        tokenizer,
+        overwrite=args.overwrite,
+        max_new_tokens_limit=args.max_new_tokens_limit,
+        jit_compile=not args.no_xla,
+        **({} if args.batch_sizes is None else {"batch_sizes": args.batch_sizes}),
+    )
+    print(f"exported {args.run} -> {path}")
+
+
+def _export_huggingface(args):
+    if os.path.isdir(args.out) and os.listdir(args.out) and not args.overwrite:
+        raise FileExistsError(f"{args.out!r} exists and is not empty; pass --overwrite to write the export there")
+    model, tokenizer = load_run(args.run, args.checkpoint)
+    written = None
+    if tokenizer is not None and tokenizer.kind == "huggingface":
+        written = tokenizer.huggingface_tokenizer
+    elif tokenizer is not None and tokenizer.kind == "bpe":
+        written = tokenizer
+    elif tokenizer is not None:
+        notice(f"a {tokenizer.kind} tokenizer has no Hugging Face form: {args.out} holds the model's weights only")
+    model.save_to_huggingface(args.out, tokenizer=written)
+    print(f"exported {args.run} -> {args.out} (Hugging Face)")
+
+
+def add_export_command(commands, run_arguments):
+    """Adds `export` to the `tfam` sub-command parser; `run_arguments` adds the run and `--checkpoint`."""
+    export = commands.add_parser(
+        "export", help="write the SavedModel (TF Serving layout), or a Hugging Face checkpoint directory"
+    )
+    run_arguments(export)
+    export.add_argument(
+        "--out",
+        required=True,
+        help="savedmodel: EXPORT_DIR, ending in a version number or one is added; huggingface: the directory",
+    )
+    export.add_argument(
+        "--format",
+        default="savedmodel",
+        choices=FORMATS,
+        help="savedmodel (default: TF Serving's signatures), or huggingface (config.json, model.safetensors, "
+        "generation_config.json and the tokenizer's files, for transformers)",
+    )
+    export.add_argument("--overwrite", action="store_true", help="replace an existing version (or directory)")
+    export.add_argument(
+        "--max-new-tokens-limit",
+        type=int,
+        default=None,
+        help="the most new tokens a generate request may ask for (default: 4096, or the model's context if longer)",
+    )
+    export.add_argument(
+        "--batch-sizes",
+        type=_batch_sizes,
+        default=None,
+        metavar="N,N,...",
+        help="batch sizes the decoding loop is compiled for, as TF Serving's allowed_batch_sizes (default: 1,2,4,8)",
+    )
+    export.add_argument(
+        "--no-xla",
+        action="store_true",
+        help="decode without XLA, for a server that does not run it (TF Serving without --xla_cpu_compilation_enabled)",
+    )
+    export.set_defaults(handler=_export)
+
+
+def _batch_sizes(text):
+    """`--batch-sizes`: comma-separated positive integers."""
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"must be positive integers separated by commas. Received: {text!r}")
+    return sizes
