@@ -29,20 +29,22 @@ def run_json(script, *arguments, cwd=None, python=None, timeout=None):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def interleaved_processes(script, cases, repeats, *arguments):
+def interleaved_processes(script, cases, repeats, *arguments, python=None):
     """`{case: [result, ...]}`: `script --case CASE *arguments` run `repeats` times per case, each in a fresh
-    process (`run_json`), the cases alternating so that the machine's drift hits every case alike."""
+    process (`run_json`, with `python` if given), the cases alternating so that the machine's drift hits every
+    case alike."""
     results = {case: [] for case in cases}
     for _ in range(repeats):
         for case in cases:
-            results[case].append(run_json(script, "--case", case, *arguments))
+            results[case].append(run_json(script, "--case", case, *arguments, python=python))
     return results
 
 
-def case_arguments(description, cases, tokens=None, repeats=2):
+def case_arguments(description, cases, tokens=None, repeats=2, peers=False):
     """The options of a script that measures `cases` in fresh alternating processes (`interleaved_processes`):
     `--repeats` (processes per case, default `repeats`; the best counts), `--tokens` (new tokens per
-    generation, default `tokens`; only where `tokens` is given) and the hidden `--case` that one such process
+    generation, default `tokens`; only where `tokens` is given), `--peers-python` (with `peers`: the Python of
+    the peers' cases, default this one) and the hidden `--case` that one such process
     measures, the counts checked positive. In a `--case` process, Keras' warning for each layer without a
     `quantize` (norms, dropout) is silenced."""
     import argparse
@@ -54,6 +56,10 @@ def case_arguments(description, cases, tokens=None, repeats=2):
     if tokens is not None:
         parser.add_argument("--tokens", type=int, default=tokens, help="new tokens per generation")
         counts.append("tokens")
+    if peers:
+        parser.add_argument(
+            "--peers-python", default=sys.executable, help="the Python of the peers (default: this one)"
+        )
     parser.add_argument("--case", choices=cases, help=argparse.SUPPRESS)  # one measurement, in this process
     args = parser.parse_args()
     for name in counts:

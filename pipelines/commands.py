@@ -173,6 +173,8 @@ _OPTION_FLAGS = {
         name: f"--{name.replace('_', '-')}"
         for name in ("max_new_tokens", "temperature", "seed", "window", "chunk_size")
     },
+    "prompt_lookup_num_tokens": "--prompt-lookup",
+    "max_matching_ngram_size": "--max-matching-ngram-size",
     "k": "--top-k",  # TopKSampler(k)
     "p": "--top-p",  # TopPSampler(p)
 }
@@ -262,7 +264,8 @@ def _generate_options(args, tokenizer):
         sampler = get_sampler(args.sampler, temperature=args.temperature)
     options = {name: getattr(args, name) for name, _, _ in _STEERING_FLAGS}
     stop_token_ids = [] if args.no_stop_at_eos else [tokenizer.eos_id]
-    return dict(options, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow,
+    drafting = dict(prompt_lookup_num_tokens=args.prompt_lookup, max_matching_ngram_size=args.max_matching_ngram_size)
+    return dict(options, **drafting, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow,
                 stop_token_ids=stop_token_ids)  # fmt: skip
 
 
@@ -396,6 +399,16 @@ def add_commands(commands):
     for name, type_, help_ in _STEERING_FLAGS:
         metavar = "N" if type_ is int else "X"
         steering.add_argument(f"--{name.replace('_', '-')}", type=type_, default=None, metavar=metavar, help=help_)
+    drafting = generate.add_argument_group("prompt lookup", "the same text in fewer passes where it repeats itself")
+    drafting.add_argument(
+        "--prompt-lookup", type=int, default=None, metavar="K",
+        help="draft K tokens per step from the text so far (after the last n-gram's earliest occurrence) and verify "
+        "them in one pass of the model",
+    )  # fmt: skip
+    drafting.add_argument(
+        "--max-matching-ngram-size", type=int, default=None, metavar="M",
+        help="with --prompt-lookup: the longest n-gram looked up (default 2)",
+    )  # fmt: skip
     generate.set_defaults(handler=_generate)
 
     add_export_command(commands, run_arguments)

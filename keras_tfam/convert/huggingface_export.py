@@ -28,6 +28,7 @@ from keras_tfam.convert.huggingface_export_configs import family_export
 from keras_tfam.convert.huggingface_tokenizer import FILES as TOKENIZER_FILES
 from keras_tfam.convert.safetensors_checkpoint import INDEX, SINGLE
 from keras_tfam.convert.weight_transforms import stored_shape, stored_tensor
+from keras_tfam.models.checkpoint_loaders import register_checkpoint_writer
 
 DEFAULT_MAX_SHARD_SIZE = "5GB"  # as the method on the models documents it
 # The dtypes a checkpoint is written in, with their safetensors names.
@@ -37,6 +38,7 @@ _SHARD = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 ENDOFTEXT = "<|endoftext|>"  # GPT-2's end of text: its BPE tokenizer's bos, eos and unk token
 
 
+@register_checkpoint_writer("huggingface")
 def save_to_huggingface(model, directory, tokenizer=None, max_shard_size=None, dtype=None):
     """Writes `model` as a Hugging Face checkpoint directory that transformers and `from_huggingface` load.
 

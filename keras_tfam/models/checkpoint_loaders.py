@@ -1,4 +1,4 @@
-"""Where checkpoint loaders register, so models never import their converters (arrows point down).
+"""Where checkpoint loaders and writers register, so models never import their converters (arrows point down).
 
 `keras_tfam.convert` imports the models it fills and registers a loader
 per source format here (`register_checkpoint_loader`); a model's
@@ -8,6 +8,7 @@ registered whenever any part of the library is imported.
 """
 
 _LOADERS = {}
+_WRITERS = {}
 
 
 def register_checkpoint_loader(source):
@@ -28,3 +29,23 @@ def checkpoint_loader(source):
             f"Registered: {sorted(_LOADERS)}"
         )
     return _LOADERS[source]
+
+
+def register_checkpoint_writer(target):
+    """Decorator: registers `writer(model, directory, **options)` for checkpoints of `target`."""
+
+    def register(writer):
+        _WRITERS[target] = writer
+        return writer
+
+    return register
+
+
+def checkpoint_writer(target):
+    """The writer registered for `target`; a `ValueError` naming the registered ones otherwise."""
+    if target not in _WRITERS:
+        raise ValueError(
+            f"No checkpoint writer for {target!r} is registered (import keras_tfam.convert). "
+            f"Registered: {sorted(_WRITERS)}"
+        )
+    return _WRITERS[target]

@@ -19,7 +19,7 @@ from keras_tfam.layers.embedding.tied_embedding import TiedEmbedding
 from keras_tfam.layers.normalization.get_norm import NORMS, get_norm
 from keras_tfam.layers.position.position_embedding import PositionEmbedding
 from keras_tfam.layers.position.registry import ATTENTION_POSITIONS, make_attention_position
-from keras_tfam.models.checkpoint_loaders import checkpoint_loader
+from keras_tfam.models.checkpoint_loaders import checkpoint_loader, checkpoint_writer
 from keras_tfam.models.decoder_layout_map import decoder_layout_map
 from keras_tfam.models.functional_model import FunctionalModel
 from keras_tfam.models.gpt2_presets import GPT2_PRESETS
@@ -431,9 +431,7 @@ class DecoderLM(GenerationMixin, FunctionalModel):
             >>> model.save_to_huggingface(tempfile.mkdtemp())
             ['config.json', 'generation_config.json', 'model.safetensors']
         """
-        from keras_tfam.convert.huggingface_export import save_to_huggingface  # the converter imports the models
-
-        return save_to_huggingface(self, directory, tokenizer, max_shard_size, dtype)
+        return checkpoint_writer("huggingface")(self, directory, tokenizer, max_shard_size, dtype)
 
     def get_config(self):
         return {**base_model_config(self), "vocabulary_size": self.vocabulary_size, **option_config(self, self.OPTIONS)}

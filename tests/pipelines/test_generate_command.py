@@ -75,6 +75,14 @@ def test_stream_prints_what_generate_prints(run, options):
         assert _generate(run_dir, *options, "--stream", "--chunk-size", chunk_size) == whole
 
 
+def test_prompt_lookup_prints_what_plain_decoding_prints(run):
+    run_dir = run[0]
+    for options in (("--max-new-tokens", "20"), ("--max-new-tokens", "20", "--sampler", "top_k", "--seed", "3")):
+        plain = _generate(run_dir, *options)
+        assert _generate(run_dir, *options, "--prompt-lookup", "3") == plain
+        assert _generate(run_dir, *options, "--prompt-lookup", "2", "--stream", "--chunk-size", "4") == plain
+
+
 class _Flushes(io.StringIO):
     """stdout that keeps what it held at each flush."""
 
@@ -147,6 +155,8 @@ def test_the_printed_text_holds_back_what_more_tokens_could_change():
         (["--chunk-size", "0", "--stream"], "--chunk-size", "chunk_size=0"),
         (["--max-new-tokens", "0", "--stream"], "--max-new-tokens", "max_new_tokens=0"),
         (["--stop", ""], "--stop", "stop=''"),
+        (["--prompt-lookup", "0"], "--prompt-lookup", "prompt_lookup_num_tokens=0"),
+        (["--max-matching-ngram-size", "2"], "--max-matching-ngram-size", "max_matching_ngram_size=2"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_flag(run, args, flag, received):
