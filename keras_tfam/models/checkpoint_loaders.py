@@ -7,45 +7,41 @@ per source format here (`register_checkpoint_loader`); a model's
 registered whenever any part of the library is imported.
 """
 
-_LOADERS = {}
-_WRITERS = {}
+_REGISTERED = {"loader": {}, "writer": {}}
+
+
+def _registering(kind, name):
+    def register(function):
+        _REGISTERED[kind][name] = function
+        return function
+
+    return register
+
+
+def _registered(kind, name):
+    table = _REGISTERED[kind]
+    if name not in table:
+        raise ValueError(
+            f"No checkpoint {kind} for {name!r} is registered (import keras_tfam.convert). Registered: {sorted(table)}"
+        )
+    return table[name]
 
 
 def register_checkpoint_loader(source):
     """Decorator: registers `loader(checkpoint, cls, **overrides)` for checkpoints of `source`."""
-
-    def register(loader):
-        _LOADERS[source] = loader
-        return loader
-
-    return register
+    return _registering("loader", source)
 
 
 def checkpoint_loader(source):
     """The loader registered for `source`; a `ValueError` naming the registered ones otherwise."""
-    if source not in _LOADERS:
-        raise ValueError(
-            f"No checkpoint loader for {source!r} is registered (import keras_tfam.convert). "
-            f"Registered: {sorted(_LOADERS)}"
-        )
-    return _LOADERS[source]
+    return _registered("loader", source)
 
 
 def register_checkpoint_writer(target):
     """Decorator: registers `writer(model, directory, **options)` for checkpoints of `target`."""
-
-    def register(writer):
-        _WRITERS[target] = writer
-        return writer
-
-    return register
+    return _registering("writer", target)
 
 
 def checkpoint_writer(target):
     """The writer registered for `target`; a `ValueError` naming the registered ones otherwise."""
-    if target not in _WRITERS:
-        raise ValueError(
-            f"No checkpoint writer for {target!r} is registered (import keras_tfam.convert). "
-            f"Registered: {sorted(_WRITERS)}"
-        )
-    return _WRITERS[target]
+    return _registered("writer", target)
