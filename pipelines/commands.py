@@ -175,6 +175,8 @@ _OPTION_FLAGS = {
     },
     "prompt_lookup_num_tokens": "--prompt-lookup",
     "max_matching_ngram_size": "--max-matching-ngram-size",
+    "num_draft_tokens": "--num-draft-tokens",
+    "draft_model": "--draft-run",
     "k": "--top-k",  # TopKSampler(k)
     "p": "--top-p",  # TopPSampler(p)
 }
@@ -224,9 +226,10 @@ def _generate(args):
     check_generate_args(args)
     stops = tuple(args.stop or ())
     model, tokenizer = load_run(args.run, args.checkpoint, needs_tokenizer=True)
+    draft = _draft_model(args, tokenizer)
     with _options_named_as_flags():
         check_positive_int("chunk_size", args.chunk_size)
-        options = _generate_options(args, tokenizer)
+        options = dict(_generate_options(args, tokenizer), draft_model=draft, num_draft_tokens=args.num_draft_tokens)
         for prompt in args.prompt or [""]:
             ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values))
             head = f"{prompt}{' ' if prompt and tokenizer.kind == 'word' else ''}"
@@ -236,6 +239,20 @@ def _generate(args):
                 out = model.generate([ids], args.max_new_tokens, **options)
                 text, _ = _completion_text(tokenizer, out[0, len(ids) :], options["stop_token_ids"])
                 print(head + _settled_text(text, stops, final=True)[0])
+
+
+def _draft_model(args, tokenizer):
+    """The model of `--draft-run` (its best checkpoint), or `None`; refused unless it tokenizes as the run."""
+    if args.draft_run is None:
+        return None
+    draft, draft_tokenizer = load_run(args.draft_run, needs_tokenizer=True)
+    if draft_tokenizer.fingerprint() != tokenizer.fingerprint():
+        raise ValueError(
+            f"`--draft-run` must tokenize as the run (the same tokenizer files). Received: draft_run={args.draft_run}"
+            f" with a {draft_tokenizer.kind} tokenizer of {draft_tokenizer.vocabulary_size} ids, the run's "
+            f"{tokenizer.kind} of {tokenizer.vocabulary_size}"
+        )
+    return draft
 
 
 @contextlib.contextmanager
@@ -408,6 +425,12 @@ def add_commands(commands):
     drafting.add_argument(
         "--max-matching-ngram-size", type=int, default=None, metavar="M",
         help="with --prompt-lookup: the longest n-gram looked up (default 2)",
+    )  # fmt: skip
+    speculative = generate.add_argument_group("speculative decoding", "the same text, drafted by a smaller run")
+    speculative.add_argument("--draft-run", metavar="RUN", help="a run with the same tokenizer whose model drafts")
+    speculative.add_argument(
+        "--num-draft-tokens", type=int, default=None, metavar="K",
+        help="with --draft-run: tokens drafted and verified per pass of the model (default 4)",
     )  # fmt: skip
     generate.set_defaults(handler=_generate)
 

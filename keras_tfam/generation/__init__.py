@@ -41,9 +41,10 @@ from keras_tfam.generation.samplers import (
 from keras_tfam.generation.scoring import windowed_logits
 from keras_tfam.generation.search import BeamSearch, Sampling
 from keras_tfam.generation.serving import ServingLoop, generate_graph
-from keras_tfam.generation.speculative import PromptLookup
+from keras_tfam.generation.speculative import DraftModel, PromptLookup
 
 __all__ = [
+    "DraftModel",
     "PromptLookup",
     "BeamSearch",
     "DecodeContext",

@@ -16,15 +16,16 @@ from keras_tfam.generation.decoding import DecodingLoop, decoding_variables
 from keras_tfam.generation.prompts import pack_prompts
 from keras_tfam.generation.protocol import DecodingModel, check_protocol
 from keras_tfam.generation.requests import prepare_request
-from keras_tfam.generation.speculative import DraftedDecodingLoop
+from keras_tfam.generation.speculative import DraftedDecodingLoop, DraftModel
 from keras_tfam.utils import check_positive_int, static_dim
 
 # Compiled decoding loops a generator keeps (the least recently used goes first).
 MAX_COMPILED_LOOPS = 8
 
 
-def compile_function(fn, model, jit_compile=True, engine=PLAIN):
-    """`fn` compiled for the running Keras backend, reading the model's current weights.
+def compile_function(fn, model, jit_compile=True, engine=PLAIN, variables=None):
+    """`fn` compiled for the running Keras backend, reading the current weights of the model (or of
+    `variables`, every variable `fn` reads, when given).
 
     The one place that touches a backend's compiler: `tf.function` (XLA
     with `jit_compile`) on TensorFlow; `jax.jit` on JAX (`engine.jax_jit`,
@@ -42,7 +43,7 @@ def compile_function(fn, model, jit_compile=True, engine=PLAIN):
         # a new function once, which its "frequent retracing" advice would count as retraces of one.
         return tf.function(functools.partial(fn), jit_compile=jit_compile, autograph=False)
     if backend == "jax":
-        variables = list(getattr(model, "variables", []))
+        variables = list(getattr(model, "variables", []) if variables is None else variables)
 
         def stateless(values, *args):
             with keras.StatelessScope(state_mapping=list(zip(variables, values))):
@@ -121,6 +122,8 @@ class Generator:
         return_logprobs=False,
         prompt_lookup_num_tokens=None,
         max_matching_ngram_size=None,
+        draft_model=None,
+        num_draft_tokens=None,
     ):
         """Generates up to `max_new_tokens` tokens after each prompt.
 
@@ -178,6 +181,13 @@ class Generator:
                 models with positional caches, within the context.
             max_matching_ngram_size: the longest n-gram prompt lookup matches
                 (default 2).
+            draft_model: a smaller decoding model over the same vocabulary
+                whose greedy tokens are drafted and verified `num_draft_tokens`
+                at a pass (`speculative.DraftModel`; speculative decoding,
+                transformers' `assistant_model`): the same tokens, greedy or
+                sampled with the same seed, under the same conditions as prompt
+                lookup; the draft's context must hold the whole buffer.
+            num_draft_tokens: tokens the draft model drafts per step (default 4).
 
         The processors run in transformers' order (`processors.py`) on every
         step's logits; under beam search the hypotheses are ranked by the
@@ -274,8 +284,13 @@ class Generator:
         # The rows a step multiplies: every hypothesis, times the positions a drafted step verifies.
         rows = request.padded.shape[0] * search.beam_size * (1 if drafter is None else drafter.num_tokens + 1)
 
+        variables = decoding_variables(model)
+        if isinstance(drafter, DraftModel):  # its variables once (a self-speculative draft shares the model's)
+            seen = {id(v) for v in variables}
+            variables += [v for v in decoding_variables(drafter.model) if id(v) not in seen]
+
         def decoding():
-            return engine.decoding(decoding_variables(model), rows)
+            return engine.decoding(variables, rows)
 
         def start(token_ids, lengths, max_new_tokens, seed, stop_token_ids, *values, until=None):
             tokens = pack_prompts(token_ids, lengths, width, request.pad_token_id)
@@ -298,10 +313,10 @@ class Generator:
 
         if streaming:
             compiled = tuple(
-                compile_function(f, model, request.jit_compile, engine) for f in (start_streaming, advance)
+                compile_function(f, model, request.jit_compile, engine, variables) for f in (start_streaming, advance)
             )
         else:
-            compiled = compile_function(start, model, request.jit_compile, engine)
+            compiled = compile_function(start, model, request.jit_compile, engine, variables)
         self._functions[key] = (search, steering, compiled)
         while len(self._functions) > MAX_COMPILED_LOOPS:
             self._functions.popitem(last=False)

@@ -9,8 +9,9 @@ from keras_tfam.engine import PLAIN, Engine
 from keras_tfam.generation.decoding import plan_decoding
 from keras_tfam.generation.processors import build_processors, stop_sequence_table
 from keras_tfam.generation.prompts import as_padded_prompts, prompt_checks, raise_failed_checks
+from keras_tfam.generation.protocol import check_protocol
 from keras_tfam.generation.search import get_search
-from keras_tfam.generation.speculative import PromptLookup
+from keras_tfam.generation.speculative import DraftModel, PromptLookup
 from keras_tfam.utils import check_positive_int, is_integer
 
 OVERFLOWS = ("slide", "error")
@@ -154,6 +155,8 @@ def prepare_request(
     stop_sequences=None,
     prompt_lookup_num_tokens=None,
     max_matching_ngram_size=None,
+    draft_model=None,
+    num_draft_tokens=None,
     **processor_options,
 ):
     """The `Request` of `Generator.generate`'s arguments for `model`, each checked (a `ValueError` naming a bad
@@ -190,15 +193,23 @@ def prepare_request(
     raise_failed_checks(prompt_checks(padded, lengths, max_new_tokens, vocabulary))
     window = resolve_window(model, window, overflow, padded.shape[1], max_new_tokens)
     bucket = length_bucket(max_new_tokens)
-    drafter = resolve_drafter(model, search, prompt_lookup_num_tokens, max_matching_ngram_size)
+    drafter = resolve_drafter(
+        model, search, prompt_lookup_num_tokens, max_matching_ngram_size, draft_model, num_draft_tokens
+    )
     drafted = 0 if drafter is None else drafter.num_tokens
     plan = plan_decoding(model, padded.shape[1] + bucket + drafted, int(lengths.min()), window)
     if drafter is not None:
+        counts = f"{padded.shape[1]} + {max_new_tokens} + {drafted}"
         if plan.mode != "full":
             raise ValueError(
-                f"Prompt lookup decodes within the model's context ({window} positions): the prompt, "
-                f"max_new_tokens and prompt_lookup_num_tokens must fit it. Received: {padded.shape[1]} + "
-                f"{max_new_tokens} + {drafted}"
+                f"Drafted decoding runs within the model's context ({window} positions): the prompt, "
+                f"max_new_tokens and the drafted tokens must fit it. Received: {counts}"
+            )
+        draft_context = None if draft_model is None else draft_model.max_length
+        if draft_context is not None and padded.shape[1] + max_new_tokens + drafted > draft_context:
+            raise ValueError(
+                f"`draft_model` attends to {draft_context} positions: the prompt, max_new_tokens and "
+                f"num_draft_tokens must fit them. Received: {counts}"
             )
         plan = dataclasses.replace(plan, segment_ends=())  # the caches hold the whole buffer from the start
     if seed is None:
@@ -224,22 +235,49 @@ def prepare_request(
     )  # fmt: skip
 
 
-def resolve_drafter(model, search, num_tokens=None, max_matching_ngram_size=None):
-    """The `PromptLookup` drafter of `generate`'s options, or `None`; refused in one line for a model or search
-    it cannot draft for."""
-    if num_tokens is None:
-        if max_matching_ngram_size is not None:
-            raise ValueError(
-                "`max_matching_ngram_size` sets prompt lookup, which `prompt_lookup_num_tokens` turns on. "
-                f"Received: max_matching_ngram_size={max_matching_ngram_size!r}, prompt_lookup_num_tokens=None"
-            )
-        return None
-    drafter = PromptLookup(num_tokens, 2 if max_matching_ngram_size is None else max_matching_ngram_size)
-    if search.beam_size != 1:
-        raise ValueError(f"Prompt lookup drafts for one hypothesis per prompt. Received: beam_size={search.beam_size}")
-    if not model.positional_cache or model.reads_prompt_rows:
+def resolve_drafter(
+    model, search, num_tokens=None, max_matching_ngram_size=None, draft_model=None, num_draft_tokens=None
+):
+    """The drafter of `generate`'s options (`PromptLookup`, `DraftModel`), or `None`; refused in one line for a
+    model, draft or search it cannot draft for."""
+    if num_tokens is None and max_matching_ngram_size is not None:
         raise ValueError(
-            "Prompt lookup needs a model whose caches keep each position in a slot of its own (no ring, no "
-            f"recurrent state, no early exits). Received: model={type(model).__name__}"
+            "`max_matching_ngram_size` sets prompt lookup, which `prompt_lookup_num_tokens` turns on. "
+            f"Received: max_matching_ngram_size={max_matching_ngram_size!r}, prompt_lookup_num_tokens=None"
         )
+    if draft_model is None and num_draft_tokens is not None:
+        raise ValueError(
+            "`num_draft_tokens` sets speculative decoding, which `draft_model` turns on. "
+            f"Received: num_draft_tokens={num_draft_tokens!r}, draft_model=None"
+        )
+    if num_tokens is not None and draft_model is not None:
+        raise ValueError(
+            "Drafts come from prompt lookup or from a draft model, not both. "
+            f"Received: prompt_lookup_num_tokens={num_tokens!r}, draft_model={type(draft_model).__name__}"
+        )
+    if num_tokens is None and draft_model is None:
+        return None
+    if draft_model is None:
+        drafter = PromptLookup(num_tokens, 2 if max_matching_ngram_size is None else max_matching_ngram_size)
+    else:
+        check_protocol(draft_model)
+        drafter = DraftModel(draft_model, 4 if num_draft_tokens is None else num_draft_tokens)
+        vocabulary, drafts = output_vocabulary_size(model), output_vocabulary_size(draft_model)
+        if drafts != vocabulary:
+            raise ValueError(
+                f"`draft_model` must draft in the model's vocabulary ({vocabulary} ids). Received: a draft model "
+                f"of {drafts} ids"
+            )
+    kind = "Prompt lookup" if draft_model is None else "Speculative decoding"
+    if search.beam_size != 1:
+        raise ValueError(f"{kind} drafts for one hypothesis per prompt. Received: beam_size={search.beam_size}")
+    for role, decoder in (("model", model), ("draft_model", draft_model)):
+        if decoder is not None and (not decoder.positional_cache or decoder.reads_prompt_rows):
+            verify = ""
+            if role == "model" and hasattr(decoder, "draft_model"):  # an early-exit model drafts for its backbone
+                verify = "; self-speculation: model.backbone.generate(..., draft_model=model.draft_model(layers))"
+            raise ValueError(
+                f"{kind} needs a {role} whose caches keep each position in a slot of its own (no ring, no "
+                f"recurrent state, no early exits{verify}). Received: {role}={type(decoder).__name__}"
+            )
     return drafter

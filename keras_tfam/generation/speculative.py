@@ -1,12 +1,14 @@
 """Drafted decoding: each step verifies several drafted tokens in one pass of the model.
 
-A drafter proposes the next `K` tokens of every row; one `call_with_cache` over the last known token and the
-`K` drafts gives the model's logits at the `K + 1` positions that follow. Position by position, the step
-chooses each token exactly as the one-token loop would (the same processors, sampler and per-position keys,
-`step_key(seed, position)`), and a drafted token is kept while it is the token chosen there. So the tokens
-are those of plain decoding, greedy or sampled with the same seed, whatever the drafts; a draft that is
-right saves a pass over the weights. With a point-mass draft, comparing the sampled token with it is
-speculative sampling (Leviathan et al. 2023): a draft is kept with the probability the model gives it.
+A drafter (`PromptLookup`, `DraftModel`) proposes the next `K` tokens of every row; one `call_with_cache` over
+the last known token and the `K` drafts gives the model's logits at the `K + 1` positions that follow. Position
+by position, the step chooses each token exactly as the one-token loop would (the same processors, sampler and
+per-position keys, `step_key(seed, position)`), and a drafted token is kept while it is the token chosen there.
+So the tokens are those of plain decoding, greedy or sampled with the same seed, whatever the drafts; a draft
+that is right saves a pass over the weights. Every drafter here drafts a point mass (a draft model its greedy
+token), and comparing the sampled token with it is speculative sampling with that draft (Leviathan et al. 2023;
+Chen et al. 2023): a draft is kept with the probability `p(draft)` the model gives it, and a rejected one is
+replaced by a sample of `p` without it, so the tokens are distributed as the model's.
 
 Rows share one position (`decoding`): a step advances every row by the fewest tokens any unfinished row
 kept plus one. The caches are positional: slots written for drafts that were not kept hold stale keys and
@@ -15,9 +17,9 @@ values that no query attends to (each attends to positions up to its own) until 
 
 from keras import ops
 
-from keras_tfam.generation.decoding import DecodingLoop
+from keras_tfam.generation.decoding import DecodingLoop, decoding_variables
 from keras_tfam.generation.processors import DecodeContext, apply_processors, ends_stop_sequence
-from keras_tfam.generation.samplers import step_key
+from keras_tfam.generation.samplers import first_argmax, step_key
 from keras_tfam.utils import check_positive_int
 
 
@@ -45,6 +47,14 @@ class PromptLookup:
     def cache_key(self):
         return ("prompt_lookup", self.num_tokens, self.max_matching_ngram_size)
 
+    def start(self, tokens, prompt_lengths, prefill_length):
+        """The drafter's part of the loop state: none."""
+        return {}
+
+    def propose(self, tokens, index, prompt_lengths, state):
+        """`(drafts, state)`: the drafts of `draft`."""
+        return self.draft(tokens, index), state
+
     def draft(self, tokens, index):
         """`(R, num_tokens)` int32 drafts for positions `index ..` from `tokens[:, :index]`; -1 where none."""
         width = ops.shape(tokens)[1]
@@ -66,6 +76,71 @@ class PromptLookup:
         return drafts
 
 
+class DraftModel:
+    """Drafts by another decoding model's greedy tokens: speculative decoding (Leviathan et al. 2023).
+
+    The draft model keeps caches of its own in the loop state. Each step feeds
+    it the two tokens before the step's position, which rewrites the one slot
+    a fully accepted step left unwritten and the one a rejection made stale,
+    then drafts `num_tokens` tokens one at a time (prompt tokens where a row's
+    prompt goes on). `generate(..., draft_model=DRAFT, num_draft_tokens=K)`
+    drafts with it.
+
+    Args:
+        model: a decoding model over the same vocabulary, with positional
+            caches (each position in a slot of its own).
+        num_tokens: tokens drafted per step.
+
+    Examples:
+        >>> target = GPT2LM(vocabulary_size=64, num_layers=2, num_heads=2, hidden_dim=16)
+        >>> draft = GPT2LM(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16)
+        >>> plain = target.generate([[5, 7]], max_new_tokens=8)
+        >>> bool((target.generate([[5, 7]], max_new_tokens=8, draft_model=draft, num_draft_tokens=3) == plain).all())
+        True
+    """
+
+    def __init__(self, model, num_tokens):
+        self.model = model
+        self.num_tokens = check_positive_int("num_draft_tokens", num_tokens)
+
+    def cache_key(self):
+        # A compiled loop holds its drafter, so these ids are not reused while it is kept.
+        return ("draft_model", id(self.model), tuple(id(v) for v in decoding_variables(self.model)), self.num_tokens)
+
+    def start(self, tokens, prompt_lengths, prefill_length):
+        """The draft's caches with the positions before the first step's two tokens (`prefill_length` as in
+        `DecodePlan`: the loop starts at `prefill_length + 1`)."""
+        model, rows = self.model, ops.shape(tokens)[0]
+        cache = model.init_cache(rows, ops.shape(tokens)[1])
+        if prefill_length is None:
+            prefill = ops.min(prompt_lengths) - 2
+            return {
+                "cache": ops.cond(
+                    prefill > 0, lambda: model.call_with_cache(tokens[:, :prefill], cache, 0).cache, lambda: cache
+                )
+            }
+        if prefill_length > 1:
+            cache = model.call_with_cache(tokens[:, : prefill_length - 1], cache, 0).cache
+        return {"cache": cache}
+
+    def propose(self, tokens, index, prompt_lengths, state):
+        """`(drafts (R, num_tokens) int32, state)` for positions `index ..`."""
+        model, rows = self.model, ops.shape(tokens)[0]
+        start = ops.maximum(index - 2, 0)
+        step = model.call_with_cache(ops.slice(tokens, (0, start), (rows, 2)), state["cache"], start)
+        logits, cache = ops.take(step.logits, index - 1 - start, axis=1), step.cache
+        drafts = []
+        for j in range(self.num_tokens):
+            position = index + j
+            known = ops.slice(tokens, (0, position), (rows, 1))[:, 0]
+            token = ops.where(position < prompt_lengths, known, first_argmax(ops.cast(logits, "float32")))
+            drafts.append(token)
+            if j + 1 < self.num_tokens:
+                step = model.call_with_cache(token[:, None], cache, position)
+                logits, cache = step.logits[:, 0], step.cache
+        return ops.stack(drafts, axis=1), {"cache": cache}
+
+
 class DraftedDecodingLoop(DecodingLoop):
     """The `DecodingLoop` whose steps verify a drafter's `K` tokens at once (module docstring).
 
@@ -75,7 +150,9 @@ class DraftedDecodingLoop(DecodingLoop):
     Args:
         model, search, pad_token_id, plan, processors, stop_sequences, logprobs: as for `DecodingLoop`
             (`search` samples, one hypothesis per prompt).
-        drafter: has `num_tokens` and `draft(tokens, index) -> (R, num_tokens)` int32 (any ids; -1: none).
+        drafter: has `num_tokens`, `start(tokens, prompt_lengths, prefill_length) -> state` (a dict of
+            tensors carried through the loop) and `propose(tokens, index, prompt_lengths, state) -> (drafts,
+            state)`, `drafts` `(R, num_tokens)` int32 (any ids; -1: none).
     """
 
     def __init__(self, model, search, pad_token_id, plan, drafter, processors=(), stop_sequences=None, logprobs=False):
@@ -84,6 +161,11 @@ class DraftedDecodingLoop(DecodingLoop):
         super().__init__(model, search, pad_token_id, plan, processors, stop_sequences, logprobs)
         self.drafter = drafter
 
+    def start(self, tokens, prompt_lengths, max_new_tokens, seed, stop_token_ids, cache_inputs=None):
+        state = super().start(tokens, prompt_lengths, max_new_tokens, seed, stop_token_ids, cache_inputs)
+        drafting = self.drafter.start(state["token_ids"], state["prompt_lengths"], self.plan.prefill_length)
+        return dict(state, drafter=drafting) if drafting else state
+
     def _body(self, state, reencode):
         search, pad_token_id, count = self.search, self.pad_token_id, self.drafter.num_tokens
         index, tokens, done = state["index"], state["token_ids"], state["done"]
@@ -91,7 +173,8 @@ class DraftedDecodingLoop(DecodingLoop):
         positions = index + ops.arange(count)
         # Inside a row's prompt, its own tokens are the drafts: kept as they are.
         known = ops.slice(tokens, (0, index), (rows, count))
-        drafts = ops.where(positions[None, :] < prompt_lengths[:, None], known, self.drafter.draft(tokens, index))
+        proposed, drafting = self.drafter.propose(tokens, index, prompt_lengths, state.get("drafter", {}))
+        drafts = ops.where(positions[None, :] < prompt_lengths[:, None], known, proposed)
         fed = ops.where(drafts < 0, pad_token_id, drafts)  # an id of the vocabulary where there is no draft
         step = self.model.call_with_cache(
             ops.concatenate([ops.slice(tokens, (0, index - 1), (rows, 1)), fed], axis=1), state["cache"], index - 1
@@ -133,6 +216,8 @@ class DraftedDecodingLoop(DecodingLoop):
         tokens = ops.slice_update(tokens, (0, index), ops.where(committed[None, :], written, old))
         new = ops.logical_and(ops.stack(generated, axis=1), committed[None, :])
         state = dict(state, cache=step.cache, token_ids=tokens, index=index + advance)
+        if drafting:
+            state["drafter"] = drafting
         state["done"] = ops.take(ops.stack(dones, axis=1), advance - 1, axis=1)
         state["num_generated"] = state["num_generated"] + ops.sum(ops.cast(new, "int32"), axis=1)
         if self.logprobs:

@@ -5,13 +5,13 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.generation.generator import GenerationMixin
-from keras_tfam.generation.protocol import DecodeStep, DecodingWrapper
+from keras_tfam.generation.protocol import DecodeStep, DecodingModel, DecodingWrapper
 from keras_tfam.generation.samplers import first_argmax
 from keras_tfam.layers.attention.caches.key_value_cache import KeyValueCache
 from keras_tfam.models.decoder_lm import DecoderLM
 from keras_tfam.models.model_mixin import ModelMixin
 from keras_tfam.models.token_ids import check_token_ids
-from keras_tfam.utils import base_model_config, check_positive_int, check_real
+from keras_tfam.utils import base_model_config, check_positive_int, check_real, is_integer
 
 CONFIDENCES = ("softmax_response", "classifier")
 
@@ -205,6 +205,19 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
             labels.append(np.stack([(x.argmax(-1) == final) for x in logits[:-1]], axis=-1))
         return np.concatenate(labels).astype("float32")
 
+    def draft_model(self, num_layers=1):
+        """The first `num_layers` blocks through the shared exit head, as a draft model of the backbone:
+        self-speculation (LayerSkip, Elhoushi et al. 2024), exact.
+
+        Examples:
+            >>> model = EarlyExitLM(GPT2LM(vocabulary_size=64, num_layers=3, num_heads=2, hidden_dim=16))
+            >>> plain = model.backbone.generate([[5, 7]], max_new_tokens=8)
+            >>> drafted = model.backbone.generate([[5, 7]], 8, draft_model=model.draft_model(1), num_draft_tokens=3)
+            >>> bool((drafted == plain).all())
+            True
+        """
+        return FirstLayers(self.backbone, num_layers)
+
     # ------------------------------------------------------------------ generation protocol (delegated)
 
     @property
@@ -325,3 +338,61 @@ class EarlyExitLM(GenerationMixin, DecodingWrapper, ModelMixin, keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
+
+
+class FirstLayers(DecodingModel):
+    """A `DecoderLM`'s first `num_layers` blocks through its final norm and head: every token exits there.
+
+    A decoding model of its own (caches of those blocks only), sharing the backbone's weights: the draft of
+    self-speculative decoding (`EarlyExitLM.draft_model`).
+
+    Args:
+        backbone: a `DecoderLM`.
+        num_layers: blocks run, fewer than the backbone's.
+    """
+
+    def __init__(self, backbone, num_layers):
+        blocks = len(backbone.transformer_blocks)
+        if not is_integer(num_layers) or not 1 <= num_layers < blocks:
+            raise ValueError(
+                f"`num_layers` must be an integer from 1 to {blocks - 1} (fewer than the backbone's {blocks} "
+                f"blocks). Received: num_layers={num_layers!r}"
+            )
+        self.backbone, self.num_layers = backbone, int(num_layers)
+        self.vocabulary_size, self.max_length = backbone.vocabulary_size, backbone.max_length
+
+    @property
+    def blocks(self):
+        return self.backbone.transformer_blocks[: self.num_layers]
+
+    @property
+    def variables(self):
+        return self.backbone.variables
+
+    @property
+    def sliding_window_cache(self):
+        return self.backbone.sliding_window_cache
+
+    @property
+    def positional_cache(self):
+        return self.backbone.positional_cache
+
+    def init_cache(self, batch_size, length, window=None):
+        return self.backbone.init_cache(batch_size, length, window=window)[: self.num_layers]
+
+    def resize_cache(self, cache, length):
+        return tuple(block.self_attention_layer.resize_cache(c, length) for block, c in zip(self.blocks, cache))
+
+    def call_with_cache(self, token_ids, cache, index, window=None):
+        hidden = self.backbone.embed(token_ids, index, training=False)
+        updated = []
+        for block, layer_cache in zip(self.blocks, cache):
+            hidden, layer_cache = block(
+                hidden,
+                self_attention_cache=layer_cache,
+                self_attention_cache_update_index=index,
+                self_attention_window=window,
+            )
+            updated.append(layer_cache)
+        states = self.backbone.final_norm(hidden)
+        return DecodeStep(self.backbone.logits(states), tuple(updated), states)

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from pipeline_runs import run_tfam
+from pipeline_runs import copy_run, run_tfam
 
 from pipelines.cli import main
 from pipelines.commands import _settled_text, load_run
@@ -81,6 +81,25 @@ def test_prompt_lookup_prints_what_plain_decoding_prints(run):
         plain = _generate(run_dir, *options)
         assert _generate(run_dir, *options, "--prompt-lookup", "3") == plain
         assert _generate(run_dir, *options, "--prompt-lookup", "2", "--stream", "--chunk-size", "4") == plain
+
+
+def test_a_draft_run_prints_what_plain_decoding_prints(run, tmp_path):
+    run_dir = run[0]
+    greedy, sampled = ("--max-new-tokens", "20"), ("--max-new-tokens", "20", "--sampler", "top_k", "--seed", "3")
+    drafted = ("--draft-run", run_dir, "--num-draft-tokens", "3")
+    assert _generate(run_dir, *greedy, *drafted) == _generate(run_dir, *greedy)
+    assert _generate(run_dir, *sampled, *drafted, "--stream", "--chunk-size", "4") == _generate(run_dir, *sampled)
+    # A draft whose tokenizer numbers two words the other way round tokenizes otherwise: refused.
+    other = copy_run(run_dir, tmp_path)
+    tokenizer = run[2]
+    words = list(tokenizer.vocabulary)
+    words[-1], words[-2] = words[-2], words[-1]
+    shutil.rmtree(os.path.join(other, "tokenizer"))
+    type(tokenizer)(words).save(os.path.join(other, "tokenizer"))
+    result = run_tfam(["generate", run_dir, "--prompt", PROMPT, "--draft-run", other], check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("tfam: error: `--draft-run` must tokenize as the run") and other in line, line
 
 
 class _Flushes(io.StringIO):
@@ -157,6 +176,7 @@ def test_the_printed_text_holds_back_what_more_tokens_could_change():
         (["--stop", ""], "--stop", "stop=''"),
         (["--prompt-lookup", "0"], "--prompt-lookup", "prompt_lookup_num_tokens=0"),
         (["--max-matching-ngram-size", "2"], "--max-matching-ngram-size", "max_matching_ngram_size=2"),
+        (["--num-draft-tokens", "2"], "--num-draft-tokens", "num_draft_tokens=2"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_flag(run, args, flag, received):
