@@ -9,7 +9,7 @@ XLA's vector width), made by the `tfam` command line and available to users.
 
 from keras_tfam import convert, cpu, engine, generation, layers, losses, models, ops, retrieval
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"  # the one declaration of the version: setup.cfg reads it
 __all__ = [
     "convert",
     "cpu",

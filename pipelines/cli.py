@@ -72,6 +72,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"tfam: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """Each flag's help ends with its default, unless it has none or its help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        none = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if none or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 def _add_verbose(parser, top_level=False):
     # On the sub-commands too, so that `tfam train ... --verbose` works; there
     # the default must not overwrite a `tfam --verbose train ...`.
@@ -101,6 +112,9 @@ def build_parser():
     pipeline_commands.add_commands(commands)
     for name in ("train", "eval", "generate", "export"):
         _add_verbose(commands.choices[name])
+        commands.choices[name].formatter_class = _DefaultsShown
+    # Its flags are listed under the usage with their help, in groups: a usage line naming each would be 30 lines.
+    commands.choices["train"].usage = "%(prog)s [--config CONFIG] [--FLAG VALUE ...] [--MODEL-OPTION VALUE ...]"
     return parser
 
 

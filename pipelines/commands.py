@@ -166,6 +166,7 @@ _STEERING_FLAGS = (
         "(in [0, 1])",
     ),
 )
+DEFAULT_TOP_K, DEFAULT_TOP_P = 50, 0.9
 # The options that errors of `generate` and the samplers name (`` `min_p` ``), and their flags (`` `--min-p` ``).
 _OPTION_FLAGS = {
     **{name: f"--{name.replace('_', '-')}" for name, _, _ in _STEERING_FLAGS},
@@ -204,10 +205,16 @@ def check_generate_args(args):
         raise ValueError(
             f"`--temperature` must be a finite number (<= 0 for greedy). Received: temperature={args.temperature}"
         )
-    if not 0.0 < args.top_p <= 1.0:
+    if args.top_p is not None and not 0.0 < args.top_p <= 1.0:
         raise ValueError(f"`--top-p` must be in (0, 1] (1 keeps every token). Received: top_p={args.top_p}")
-    if args.top_k < 1:
+    if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"`--top-k` must be a positive integer. Received: top_k={args.top_k}")
+    for flag, value, sampler in (("top-k", args.top_k, "top_k"), ("top-p", args.top_p, "top_p")):
+        if value is not None and args.sampler != sampler:
+            raise ValueError(
+                f"`--{flag}` sets the {sampler} sampler: pass --sampler {sampler} with it. "
+                f"Received: {flag.replace('-', '_')}={value}, sampler={args.sampler}"
+            )
     for name, texts in (("prompt", args.prompt), ("stop", args.stop)):
         for text in texts or ():
             raw = _utf8_problem(text)
@@ -274,9 +281,9 @@ def _generate_options(args, tokenizer):
     if args.temperature <= 0 or args.sampler == "greedy":  # <= 0 as the exported `generate` signature: greedy
         sampler = get_sampler("greedy")
     elif args.sampler == "top_k":
-        sampler = TopKSampler(args.top_k, args.temperature)
+        sampler = TopKSampler(DEFAULT_TOP_K if args.top_k is None else args.top_k, args.temperature)
     elif args.sampler == "top_p":
-        sampler = TopPSampler(args.top_p, args.temperature)
+        sampler = TopPSampler(DEFAULT_TOP_P if args.top_p is None else args.top_p, args.temperature)
     else:
         sampler = get_sampler(args.sampler, temperature=args.temperature)
     options = {name: getattr(args, name) for name, _, _ in _STEERING_FLAGS}
@@ -377,12 +384,16 @@ def add_commands(commands):
     generate = commands.add_parser("generate", help="text from a prompt")
     run_arguments(generate)
     generate.add_argument("--prompt", action="append", help="repeat for several prompts")
-    generate.add_argument("--max-new-tokens", type=int, default=40)
-    generate.add_argument("--sampler", default="top_p", choices=tuple(SAMPLERS))
+    generate.add_argument("--max-new-tokens", type=int, default=40, help="new tokens per prompt, at most")
+    generate.add_argument("--sampler", default="top_p", choices=tuple(SAMPLERS), help="how each token is chosen")
     generate.add_argument("--temperature", type=float, default=1.0, help="<= 0: greedy (as the exported signature)")
-    generate.add_argument("--top-k", type=int, default=50, help="with the top_k sampler: the tokens kept (>= 1)")
-    generate.add_argument("--top-p", type=float, default=0.9, help="with the top_p sampler: the mass kept, in (0, 1]")
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument(
+        "--top-k", type=int, help=f"with --sampler top_k: the tokens kept, >= 1 (default {DEFAULT_TOP_K})"
+    )
+    generate.add_argument(
+        "--top-p", type=float, help=f"with --sampler top_p: the mass kept, in (0, 1] (default {DEFAULT_TOP_P})"
+    )
+    generate.add_argument("--seed", type=int, default=0, help="of the sampler: the same seed, the same text")
     generate.add_argument(
         "--window",
         type=int,

@@ -11,6 +11,7 @@ Unknown keys and invalid values are errors raised before any work starts.
 
 import argparse
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -31,54 +32,64 @@ MIN_VOCABULARY_SIZE = {"word": 2, "char": 2, "bpe": 257}
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker")
 JIT = ("auto", "on", "off")
+# The closed sets of the config's string fields (`model`: the presets; a model option's: its `Option`'s).
+FIELD_CHOICES = dict(
+    tokenizer=TOKENIZERS, dataset=WIKITEXT_VARIANTS, precision=PRECISIONS, jit=JIT, strategy=STRATEGIES
+)
+
+
+def _field(default, help):
+    """A config field with its default and the help of its `--flag` (declared once, next to the field)."""
+    return dataclasses.field(default=default, metadata={"help": help})
 
 
 @dataclasses.dataclass
 class TrainConfig:
-    # Model: a preset, and options of its class on top (`OPTIONS` of the class).
-    model: str = "gpt2_tiny"
+    # Model: a preset, and options of its class on top (`OPTIONS` of the class: the model option flags).
+    model: str = _field("gpt2_tiny", "the model preset: an architecture and its size")
     model_options: dict = dataclasses.field(default_factory=dict)
-    # A Hugging Face checkpoint directory to fine-tune (its model and tokenizer) instead of a preset.
-    init_from: Optional[str] = None
-    # Fine-tune LoRA factors of this rank only (attention query and value projections).
-    lora_rank: Optional[int] = None
+    init_from: Optional[str] = _field(None, "a Hugging Face checkpoint folder to fine-tune (model and tokenizer)")
+    lora_rank: Optional[int] = _field(None, "train LoRA factors of this rank only (attention query, value)")
     # Data.
-    data_dir: Optional[str] = None
-    dataset: str = "wikitext-2-v1"
-    tokenizer: str = "word"
-    vocabulary_size: Optional[int] = None
-    sequence_length: int = 128
-    train_split: str = "train"
-    eval_split: str = "valid"
+    data_dir: Optional[str] = _field(None, "folder of wiki.{train,valid,test}.tokens; unset: downloaded (TFDS)")
+    dataset: str = _field("wikitext-2-v1", "the WikiText the TFDS builder downloads without --data-dir")
+    tokenizer: str = _field("word", "trained on the train split; huggingface: the --init-from checkpoint's")
+    vocabulary_size: Optional[int] = _field(None, "unset: every word or character of the train split; bpe 8192")
+    sequence_length: int = _field(
+        128,
+        "tokens per training example (nanoGPT's block_size): the windows the model trains and is evaluated on, "
+        "and the default of the model options --max-sequence-length and --context-length",
+    )
+    train_split: str = _field("train", "train, valid or test (of --data-dir), or a text file or folder")
+    eval_split: str = _field("valid", "the validations' split: train, valid, test, or a text file or folder")
     # Optimisation: AdamW, linear warmup then cosine decay, global-norm clipping.
-    batch_size: int = 16
-    learning_rate: float = 1e-3
-    min_learning_rate_ratio: float = 0.1
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    beta_1: float = 0.9
-    beta_2: float = 0.95
-    clip_norm: float = 1.0
-    gradient_accumulation_steps: int = 1
-    max_steps: int = 600
-    eval_every: int = 200
-    backup_every: int = 50
-    # The training series in TensorBoard every this many steps; unset: every `backup_every`.
-    log_every: Optional[int] = None
+    batch_size: int = _field(16, "sequences per batch on each replica: the global batch is this times the replicas")
+    learning_rate: float = _field(1e-3, "the peak learning rate, after a linear warmup and before a cosine decay")
+    min_learning_rate_ratio: float = _field(0.1, "the learning rate at --max-steps, as a fraction of the peak")
+    warmup_steps: int = _field(100, "steps of the linear warmup from 0")
+    weight_decay: float = _field(0.1, "AdamW's decoupled weight decay, of matrices only (no biases, norms)")
+    beta_1: float = _field(0.9, "AdamW's beta_1: the decay of the gradients' moving average")
+    beta_2: float = _field(0.95, "AdamW's beta_2: the decay of the squared gradients' moving average")
+    clip_norm: float = _field(1.0, "the global norm the gradient (summed over replicas) is clipped to")
+    gradient_accumulation_steps: int = _field(1, "batches per optimizer step (their gradients averaged)")
+    # Steps: optimizer updates.
+    max_steps: int = _field(600, "optimizer steps of the run; a larger value extends a finished run")
+    eval_every: int = _field(200, "a validation (loss, perplexities, samples) after every this many steps")
+    backup_every: int = _field(50, "a backup (what a rerun resumes from) and epoch_loss after every this many steps")
+    # None (in an older config file): every `backup_every`.
+    log_every: Optional[int] = _field(10, "the training loss, learning rate and tokens/s after every this many steps")
     # Runtime.
-    # "auto": float32 or bfloat16 compute, and XLA or not (`jit`), chosen per machine (pipelines.kernel_path).
-    precision: str = "auto"
-    jit: str = "auto"
-    strategy: str = "auto"
-    cpu_devices: Optional[int] = None
-    seed: int = 0
-    out: str = "runs/gpt2_tiny"
-    # False: no SavedModel at the end (sweeps, tests); `tfam export RUN` writes one later.
-    export: bool = True
-    export_dir: Optional[str] = None
-    samples: int = 2
-    sample_tokens: int = 32
-    profile_steps: Optional[str] = None
+    precision: str = _field("auto", "the dtype policy; auto: float32 or bfloat16, chosen for the machine")
+    jit: str = _field("auto", "XLA-compile the training step; auto: chosen for the machine")
+    strategy: str = _field("auto", "auto: multi_worker with TF_CONFIG, mirrored over several GPUs, else default")
+    cpu_devices: Optional[int] = _field(None, None)  # logical CPU devices, for the distribution tests: no help
+    seed: int = _field(0, "the seed of the weights, the data order, dropout and the samples")
+    out: str = _field("runs/gpt2_tiny", "the run directory (backups, checkpoints, logs, export); rerun to resume")
+    export: bool = _field(True, "write the SavedModel at the end (else `tfam export RUN` writes it later)")
+    export_dir: Optional[str] = _field(None, "the folder of the SavedModel's versions; unset: RUN/export")
+    samples: int = _field(2, "text samples generated at each validation (TensorBoard)")
+    sample_tokens: int = _field(32, "tokens of each sample")
+    profile_steps: Optional[str] = _field(None, "'first,last': profile these steps (TensorBoard's Profile tab)")
 
     def validate(self):
         """Raises a `ValueError` naming the first invalid field and its value."""
@@ -99,12 +110,7 @@ class TrainConfig:
         if "local_layers" in self.model_options:  # the layer indices of a list, against the number of layers
             local_layer_indices(settings["local_window"], settings["local_layers"], settings["num_layers"])
         self._check_init_from()
-        checks = [
-            ("tokenizer", self.tokenizer in TOKENIZERS, f"one of {TOKENIZERS}"),
-            ("precision", self.precision in PRECISIONS, f"one of {PRECISIONS}"),
-            ("strategy", self.strategy in STRATEGIES, f"one of {STRATEGIES}"),
-            ("jit", self.jit in JIT, f"one of {JIT}"),
-        ]
+        checks = [(name, getattr(self, name) in values, f"one of {values}") for name, values in FIELD_CHOICES.items()]
         for name in (
             "sequence_length",
             "batch_size",
@@ -135,7 +141,6 @@ class TrainConfig:
         checks.append(("log_every", self.log_every is None or self.log_every >= 1, "unset or a positive integer"))
         checks.append(("cpu_devices", self.cpu_devices is None or self.cpu_devices >= 1, "unset or a positive integer"))
         checks.append(("seed", self.seed >= 0, "a non-negative integer"))
-        checks.append(("dataset", self.dataset in WIKITEXT_VARIANTS, f"one of {WIKITEXT_VARIANTS}"))
         checks.append(("out", bool(self.out.strip()), "a directory path"))
         # An export folder for a run that exports nothing would be dropped without a word.
         checks.append(("export_dir", self.export or self.export_dir is None, "unset with `export` off"))
@@ -331,35 +336,112 @@ def parse_json_object(text):
     return value
 
 
-def _flag_type(option):
-    return {bool: parse_bool, dict: parse_json_object}.get(option.kind, option.kind)
+# Whose default `tfam train` sets (`pipelines.training.build_model`): their help, in its terms.
+_TRAINING_OPTIONS = {
+    "max_sequence_length": "GPT2LM: rows of the learned position table, the longest input the model takes",
+    "context_length": "the longest context generation attends over (past it, a window slides); Transformer-XL: "
+    "the segment length, informative",
+}
+_METAVARS = {int: "N", float: "X", dict: "JSON", "model": "PRESET", "profile_steps": "FIRST,LAST"}
+_METAVARS.update(dict.fromkeys(("init_from", "data_dir", "out", "export_dir"), "DIR"))
+_METAVARS.update(dict.fromkeys(("train_split", "eval_split"), "SPLIT"))
+
+
+def _shown(value):
+    """A default as `--help` shows it."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def _field_help(name, field):
+    """A field's help with its default, and each named config's value where it differs."""
+    others = "".join(
+        f"; {config}: {_shown(values[name])}"
+        for config, values in NAMED_CONFIGS.items()
+        if name in values and values[name] != field.default
+    )
+    choices = f" (one of {', '.join(PRESETS)})" if name == "model" else ""
+    return f"{field.metadata['help']}{choices} (default: {_shown(field.default)}{others})"
+
+
+def _argument_docs(model_class):
+    """`{argument: description}` of the `Args:` sections of `model_class`'s docstrings, its own over its bases'."""
+    docs = {}
+    for klass in reversed(model_class.__mro__):
+        names, indent, inside = [], None, False
+        for line in inspect.cleandoc(klass.__dict__.get("__doc__") or "").splitlines():
+            width = len(line) - len(line.lstrip())
+            if line.strip() == "Args:":
+                inside = True
+            elif not inside or not line.strip():
+                continue
+            elif width == 0:  # the next section
+                break
+            elif indent in (None, width):  # `name: text` or `a, b: text`
+                indent = width
+                head, _, text = line.strip().partition(":")
+                names = [name.strip() for name in head.split(",")]
+                docs.update(dict.fromkeys(names, text.strip()))
+            else:  # a continuation line
+                docs.update({name: f"{docs[name]} {line.strip()}" for name in names})
+    return docs
+
+
+def _option_help(name):
+    """A model option's help: its class's docstring, and its value in the default preset (or its class's first)."""
+    classes = [model_class for model_class, _ in PRESETS.values() if name in model_class.OPTIONS]
+    owner = "" if set(classes) == {c for c, _ in PRESETS.values()} else f"{classes[0].__name__}: "
+    if name in _TRAINING_OPTIONS:
+        return f"{_TRAINING_OPTIONS[name]} (default: --sequence-length)"
+    described = _argument_docs(classes[0]).get(name, name.replace("_", " ")).rstrip(".")
+    preset = next(p for p in (FIELDS["model"].default, *PRESETS) if name in PRESETS[p][0].OPTIONS)
+    model_class, arguments = PRESETS[preset]
+    value = arguments.get(name, inspect.signature(model_class).parameters[name].default)
+    return f"{owner}{described} (default: the preset's; {preset}: {_shown(value)})"
+
+
+def _add_flag(group, name, kind, help, choices=None):
+    """`--name` (unset: `None`, keeping the config's value); a boolean also as `--no-name`, and `--name yes|no`."""
+    flag = "--" + name.replace("_", "-")
+    help = help.replace("%", "%%") if help is not None else argparse.SUPPRESS
+    if kind is bool:
+        group.add_argument(
+            flag, dest=name, nargs="?", const=True, type=parse_bool, default=None, metavar="yes|no", help=help
+        )
+        group.add_argument(
+            "--no-" + flag[2:], dest=name, action="store_const", const=False, default=None, help=f"same as {flag} no"
+        )
+        return
+    metavar = "{" + ",".join(choices) + "}" if choices and len(choices) < 9 else None
+    metavar = metavar or _METAVARS.get(name) or _METAVARS.get(kind)
+    parser_type = {bool: parse_bool, dict: parse_json_object}.get(kind, kind)
+    group.add_argument(flag, dest=name, type=parser_type, default=None, choices=choices, metavar=metavar, help=help)
 
 
 def add_config_arguments(parser):
-    """One `--flag` per config field and per model option (default: unset, keeping the config's value)."""
+    """One `--flag` per config field and per model option, each with its help and default (unset: `None`)."""
+    fields = parser.add_argument_group(
+        "training configuration",
+        "A run starts from the values of --config: gpt2_tiny (the default; its values are shown), gpt2_small "
+        "(shown where they differ) or a JSON file of these fields; each flag overrides one. A step is one "
+        "optimizer update. Booleans: --flag or --no-flag (--flag yes|no works too).",
+    )
     for name, field in FIELDS.items():
-        kind = field.type
-        if kind in (Optional[int], int):
-            kind = int
-        elif kind in (Optional[float], float):
-            kind = float
-        elif kind is bool:
-            kind = parse_bool
-        else:
-            kind = str
-        choices = {"model": tuple(PRESETS), "tokenizer": TOKENIZERS}.get(name)
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, choices=choices)
+        kind = {Optional[int]: int, Optional[float]: float, Optional[str]: str}.get(field.type, field.type)
+        help = _field_help(name, field) if field.metadata["help"] is not None else None
+        _add_flag(fields, name, kind, help, tuple(PRESETS) if name == "model" else FIELD_CHOICES.get(name))
     # The closed sets are read now, from their registries: a kind registered before the parser is built is
     # a choice.
+    options = parser.add_argument_group(
+        "model options",
+        "The architecture on top of the preset that --model names (--config names a training configuration, "
+        "not a model). Unset, an option keeps the preset's value (with --init-from, the checkpoint's).",
+    )
     for name, option in MODEL_OPTIONS.items():
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=name,
-            type=_flag_type(option),
-            default=None,
-            choices=option.values(),
-            help="model option" + (" (JSON)" if option.kind is dict else ""),
-        )
+        _add_flag(options, name, option.kind, _option_help(name), option.values())
 
 
 def overrides_from_args(args):

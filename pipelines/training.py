@@ -16,8 +16,9 @@ Run directory layout (`--out RUN`):
 
 A step is one optimizer update everywhere (`pipelines.step_schedule`):
 `--max-steps` of them, a backup after every `--backup-every`, a validation
-after every `--eval-every`, the training series after every log interval
-(each also at the end), whatever the values and the gradient accumulation.
+after every `--eval-every`, the training loss, learning rate and tokens/s
+after every `--log-every` (each also at the end), whatever the values and
+the gradient accumulation.
 Rerunning the command resumes from the last backup, on the data stream at
 the backup's step: a killed run ends with the weights of an uninterrupted
 one. A larger `--max-steps` extends a run, finished or not, the same way
@@ -276,13 +277,14 @@ def _train_locked(config, strategy, run_dir):
     new_run = _check_run_config(run_dir, config)
     backup = SafeBackupAndRestore(backup_dir, delete_checkpoint=False, by_step=True)
     start = _check_max_steps(config, backup)
+    # The schedule's epochs end at its backups and evaluations; the training series are written every
+    # `log_every` steps whatever the epochs (ThroughputMonitor), and `epoch_loss` at each backup.
     schedule = StepSchedule(
         config.max_steps,
         config.backup_every,
         config.eval_every,
-        config.log_every,
-        config.gradient_accumulation_steps,
-        start,
+        accumulation=config.gradient_accumulation_steps,
+        start=start,
     )
     backup.schedule = schedule
     keras.utils.set_random_seed(config.seed)
@@ -358,7 +360,13 @@ def _train_locked(config, strategy, run_dir):
             texts.append(f"**{words}** {completion}")
         return texts
 
-    throughput = ThroughputMonitor(global_batch * config.sequence_length, log_dir, schedule, progress=True)
+    throughput = ThroughputMonitor(
+        global_batch * config.sequence_length,
+        log_dir,
+        schedule,
+        log_every=config.log_every or config.backup_every,  # null in an older config file: the backups'
+        progress=True,
+    )
     evaluator = PerplexityEvaluator(
         eval_data,
         text_units(tokenizer.kind, eval_lines),

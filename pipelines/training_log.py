@@ -1,6 +1,8 @@
 """What a run reports as it trains: training series (TensorBoard `train`), a progress line, the profiler, kill points.
 
-Every series is written against the optimizer step, at the steps a
+Every series is written against the optimizer step: the training loss,
+learning rate and tokens/s every `--log-every` steps, whatever the length of
+`fit`'s epochs; the others at the steps a
 `pipelines.step_schedule.StepSchedule` logs at (every epoch without one).
 """
 
@@ -14,71 +16,125 @@ import tensorflow as tf
 from pipelines.faults import fault_point
 
 
-class ThroughputMonitor(keras.callbacks.Callback):
-    """The loss, tokens/s and learning rate of each log interval: into the logs, TensorBoard (`train`), a line.
+class _Interval:
+    """The batches since a series' last point: their summed loss, and the seconds of the timed ones."""
 
-    At each step `schedule` logs at: `epoch_loss` (the mean training loss
-    of the interval's steps: Keras' name for it), `learning_rate` and
-    `tokens_per_second`. The rate counts the interval's batches from each
-    epoch's start to its batches' ends: not the evaluations and backups
-    between epochs, nor the first batch of a `fit` (its compilation).
+    def __init__(self):
+        self.loss_sum, self.losses, self.timed, self.seconds = 0.0, 0, 0, 0.0
+
+    def loss(self):
+        return self.loss_sum / self.losses if self.losses else None
+
+    def rate(self, tokens_per_batch):
+        return tokens_per_batch * self.timed / self.seconds if self.timed else None
+
+
+class ThroughputMonitor(keras.callbacks.Callback):
+    """The training series: loss, learning rate and tokens/s every `log_every` optimizer steps, and a line.
+
+    Into TensorBoard (`train`), against the optimizer step, every
+    `log_every` steps and at the last one, whatever the length of `fit`'s
+    epochs:
+    - `loss`: the mean training loss of the interval's batches (the
+      validation's `loss` is drawn in the same chart);
+    - `learning_rate`: the learning rate at that step;
+    - `tokens_per_second`: the interval's tokens over the time of its
+      batches: not the evaluations and backups between epochs, nor the
+      first batch of a `fit` (its compilation).
+    At the steps `schedule` logs at (every epoch without one): `epoch_loss`,
+    the mean training loss since the previous of them (Keras' name, as the
+    validation's `epoch_loss`), and `learning_rate` and `tokens_per_second`
+    into the epoch's logs.
+
+    The loss of a batch comes from Keras' batch logs, which hold the mean
+    loss of the epoch's batches so far.
 
     Args:
         tokens_per_batch: tokens of one batch (the global batch times its length).
         log_dir: TensorBoard folder (None: no TensorBoard).
-        schedule: a `StepSchedule`, or None (an interval is an epoch).
-        progress: print a line (`step 40/600: ...`) at each log step.
+        schedule: a `StepSchedule`, or None (every epoch).
+        log_every: optimizer steps between two points of the series; default: the
+            schedule's `log_every`, and without a schedule, every epoch's end.
+        progress: print a line (`step 40/600  loss 5.1234  9,000 tokens/s`) at each point.
     """
 
-    def __init__(self, tokens_per_batch, log_dir=None, schedule=None, progress=False):
+    def __init__(self, tokens_per_batch, log_dir=None, schedule=None, log_every=None, progress=False):
         super().__init__()
+        if log_every is not None and (not isinstance(log_every, int) or log_every < 1):
+            raise ValueError(f"`log_every` must be a positive integer or None. Received: log_every={log_every!r}")
         self.tokens_per_batch = tokens_per_batch
         self.writer = tf.summary.create_file_writer(f"{log_dir}/train") if log_dir else None
         self.schedule = schedule
+        self.log_every = log_every if log_every is not None or schedule is None else schedule.log_every
         self.progress = progress
-        self.rates = []
+        self.rates = []  # tokens/s of each point
 
     def on_train_begin(self, logs=None):
-        self._compiled = False
-        self._reset()
-
-    def _reset(self):
-        self._losses, self._batches, self._seconds = [], 0, 0.0
+        self._compiled, self._step = False, None
+        self._steps, self._epochs = _Interval(), _Interval()
 
     def on_epoch_begin(self, epoch, logs=None):
+        if self._step is None:  # after every `on_train_begin`: a restored backup's step
+            self._step = int(self.model.optimizer.iterations.numpy())
         self._mark = time.perf_counter()
+        self._epoch_sum = 0.0  # the loss summed over the epoch's batches so far
 
     def on_train_batch_end(self, batch, logs=None):
         now = time.perf_counter()
+        if "loss" in (logs or {}):
+            epoch_sum = float(np.mean(logs["loss"])) * (batch + 1)
+            for interval in (self._steps, self._epochs):
+                interval.loss_sum += epoch_sum - self._epoch_sum
+                interval.losses += 1
+            self._epoch_sum = epoch_sum
         if self._compiled:
-            self._batches += 1
-            self._seconds += now - self._mark
+            for interval in (self._steps, self._epochs):
+                interval.timed += 1
+                interval.seconds += now - self._mark
         self._compiled = True
-        self._mark = now
+        if self.log_every is not None:
+            # The optimizer's step: it moves once per `accumulation` batches.
+            step = int(self.model.optimizer.iterations.numpy())
+            if step != self._step and step % self.log_every == 0:
+                self._write_point(step)
+            self._step = step
+        self._mark = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs and "loss" in logs:
-            self._losses.append(float(logs["loss"]))
         if self.schedule is not None and not self.schedule.logs(self.schedule.step(epoch)):
             return
-        step = int(self.model.optimizer.iterations.numpy())
-        rate = self.tokens_per_batch * self._batches / self._seconds if self._batches else None
-        loss = float(np.mean(self._losses)) if self._losses else None
-        learning_rate = float(np.asarray(self.model.optimizer.learning_rate))
-        self._reset()
-        if rate is not None:
-            self.rates.append(rate)
+        if self.log_every is None:
+            self._write_point(int(self.model.optimizer.iterations.numpy()))
+        interval, self._epochs = self._epochs, _Interval()
+        loss, rate = interval.loss(), interval.rate(self.tokens_per_batch)
         if logs is not None:
-            logs["learning_rate"] = learning_rate
+            logs["learning_rate"] = self._learning_rate()
             if rate is not None:
                 logs["tokens_per_second"] = rate
+        if self.writer is not None and loss is not None:
+            with self.writer.as_default(step=int(self.model.optimizer.iterations.numpy())):
+                tf.summary.scalar("epoch_loss", loss)
+            self.writer.flush()
+
+    def on_train_end(self, logs=None):
+        if self._steps.losses:  # the steps after the last point: the run's end (or a stop)
+            self._write_point(int(self.model.optimizer.iterations.numpy()))
+
+    def _learning_rate(self):
+        return float(np.asarray(self.model.optimizer.learning_rate))
+
+    def _write_point(self, step):
+        interval, self._steps = self._steps, _Interval()
+        loss, rate = interval.loss(), interval.rate(self.tokens_per_batch)
+        if rate is not None:
+            self.rates.append(rate)
         if self.writer is not None:
             with self.writer.as_default(step=step):
-                tf.summary.scalar("learning_rate", learning_rate)
+                tf.summary.scalar("learning_rate", self._learning_rate())
                 if rate is not None:
                     tf.summary.scalar("tokens_per_second", rate)
                 if loss is not None:
-                    tf.summary.scalar("epoch_loss", loss)
+                    tf.summary.scalar("loss", loss)
             self.writer.flush()
         if self.progress:
             total = f"/{self.schedule.max_steps}" if self.schedule is not None else ""

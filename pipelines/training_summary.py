@@ -32,7 +32,9 @@ def format_summary(summary):
         + (" -- STOPPED: loss became NaN" if summary["stopped_on_nan"] else ""),
         f"validation ({summary['protocol']}):",
         quality,
-        f"throughput: {rate:.0f} tokens/s (median over log intervals)" if rate else "throughput: n/a (no step ran)",
+        f"throughput: {rate:.0f} tokens/s (median over the --log-every intervals)"
+        if rate
+        else "throughput: n/a (no step timed: a fit's first one compiles)",
         f"best checkpoint: {summary['best_checkpoint']}",
         f"export: {summary['export']}",
         f"TensorBoard: tensorboard --logdir {summary['logs']}",

@@ -27,6 +27,7 @@ TRAINED_RUN_OPTIONS = {
     "max-steps": 4,
     "backup-every": 2,
     "eval-every": 2,
+    "log-every": 2,
     "samples": 1,
     "sample-tokens": 4,
     "jit": "off",

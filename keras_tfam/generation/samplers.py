@@ -46,7 +46,7 @@ def first_argmax(logits):
     `ops.argmax` gives the same tokens (but that it puts `-0.0` before `0.0`) as one reduction of (value,
     index) pairs, which XLA's CPU code runs one element at a time, fused with whatever computes the logits
     (a head's dequantization, a temperature). Here the maximum and the first indices holding it and a NaN are
-    reductions XLA vectorizes (`benchmarks/argmax.py` compares the two).
+    reductions XLA vectorizes (`benchmarks/experiments/argmax.py` compares the two).
     """
     vocabulary = ops.shape(logits)[-1]
     ids = ops.arange(vocabulary, dtype="int32")[None, :]

@@ -169,6 +169,8 @@ def test_the_printed_text_holds_back_what_more_tokens_could_change():
         (["--top-p", "1.5"], "--top-p", "top_p=1.5"),  # was named `p`, the sampler's argument
         (["--top-p", "1.5", "--sampler", "greedy"], "--top-p", "top_p=1.5"),  # one range, whatever the sampler
         (["--top-k", "0"], "--top-k", "top_k=0"),
+        (["--top-k", "40"], "--top-k", "top_k=40, sampler=top_p"),  # the top_p sampler would ignore it
+        (["--top-p", "0.5", "--sampler", "top_k"], "--top-p", "top_p=0.5, sampler=top_k"),
         (["--prompt", "the \udcff game"], "--prompt", "prompt=b'the \\xff game'"),  # a byte that is not UTF-8
         (["--stop", "\udcfe"], "--stop", "stop=b'\\xfe'"),
         (["--chunk-size", "0", "--stream"], "--chunk-size", "chunk_size=0"),

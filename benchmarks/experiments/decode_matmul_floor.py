@@ -1,6 +1,6 @@
 """The matmul floor of GPT-2 small decoding: one step's weight products alone, per kernel path and precision.
 
-    python benchmarks/decode_matmul_floor.py [--batch 1 8]
+    python benchmarks/experiments/decode_matmul_floor.py [--batch 1 8]
 
 A decoding step multiplies `batch` rows by every weight of the model once: per
 layer the query, key, value and output projections (768 x 768 each) and the
@@ -16,6 +16,8 @@ import argparse
 import os
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -66,7 +68,6 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     args = parser.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import tensorflow as tf
     from timing import cpu
 

@@ -1,6 +1,6 @@
 """What a `generate` call costs before its first token, with TensorFlow's tensor memory pooled or not.
 
-    python benchmarks/generate_setup.py [--repeats 3]
+    python benchmarks/experiments/generate_setup.py [--repeats 3]
 
 A `generate` call of GPT-2 small (random weights, batch 1, a 32-token prompt) runs one compiled program:
 it copies the weights it reads as rows (`keras_tfam.engine.xla_cpu.XlaCpuEngine.loop`; a 16-bit model also widens
@@ -18,6 +18,9 @@ processes of the step, the setup, and tokens/s of a 128-token call, with each pr
 """
 
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

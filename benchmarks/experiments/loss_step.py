@@ -1,6 +1,6 @@
 """A training step with `keras_tfam.losses.TokenCrossEntropy` against Keras' sparse cross-entropy.
 
-    python benchmarks/loss_step.py [--vocabulary 8192 --batch 16 --length 256 --rounds 2]
+    python benchmarks/experiments/loss_step.py [--vocabulary 8192 --batch 16 --length 256 --rounds 2]
 
 GPT2LM of `benchmarks/train_step.py`'s size (4 layers, width 256, 4 heads, dropout 0), AdamW,
 `jit_compile=True`, TensorFlow: two models of the same initial weights, one per loss, whose
@@ -15,6 +15,8 @@ import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 
 def run(args):
@@ -65,7 +67,6 @@ def main():
     if args.engine:
         print(json.dumps(run(args)))
         return
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from timing import cpu, forwarded_options, run_json
 
     forwarded = [*forwarded_options(args, "rounds"), "--engine"]

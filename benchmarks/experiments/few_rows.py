@@ -1,6 +1,6 @@
 """A few rows by float32 or 16-bit weights inside a decoding loop: Keras' product against `(rows @ x^T)^T`.
 
-    python benchmarks/few_rows.py [--rows 2 4 8 16 32 64] [--repeats 5] [--steps 32] [--dtype bfloat16]
+    python benchmarks/experiments/few_rows.py [--rows 2 4 8 16 32 64] [--repeats 5] [--steps 32] [--dtype bfloat16]
 
 Decoding a batch of B sequences multiplies B rows by every weight matrix, once per step, inside a
 compiled loop. On a CPU, XLA's product of `x (M, K)` by a `(K, N)` kernel reads the kernel at about half
@@ -26,7 +26,10 @@ are checked against each other (the same sums in another order: within float32 r
 
 import argparse
 import os
+import sys
 import types
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

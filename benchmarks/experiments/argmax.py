@@ -1,6 +1,6 @@
 """The greedy token of GPT-2 small's 50,257 logits in a compiled decoding loop: `ops.argmax` or `first_argmax`.
 
-    python benchmarks/argmax.py [--repeats 5] [--steps 32]      # KERAS_BACKEND=jax for JAX
+    python benchmarks/experiments/argmax.py [--repeats 5] [--steps 32]      # KERAS_BACKEND=jax for JAX
 
 One compiled `while` loop of `--steps` steps (TensorFlow: `tf.function(jit_compile=True)`; JAX:
 `jax.jit`), each taking the token of 1 or 8 rows of float32 logits that a division computes inside the
@@ -12,6 +12,9 @@ tokens.
 """
 
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

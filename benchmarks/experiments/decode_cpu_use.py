@@ -1,6 +1,6 @@
 """Whether greedy decoding keeps every core busy: tokens/s and CPU-seconds per second, per weight width.
 
-    python benchmarks/decode_cpu_use.py [--repeats 3] [--tokens 128]
+    python benchmarks/experiments/decode_cpu_use.py [--repeats 3] [--tokens 128]
 
 GPT-2 small (random weights, a 32-token prompt) at batch 1 and batch 8, in float32, bfloat16
 (`generation.with_dtype`) and int8 (`quantize("int8")`), each case in its own process. A process compiles
@@ -10,6 +10,9 @@ near 1 would leave a core to a second thread of work.
 """
 
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

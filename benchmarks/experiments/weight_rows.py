@@ -1,6 +1,6 @@
 """Narrow weights inside a decoding loop on XLA's CPU backend: which forms read fewer bytes than float32.
 
-    python benchmarks/weight_rows.py [--repeats 5] [--steps 32]
+    python benchmarks/experiments/weight_rows.py [--repeats 5] [--steps 32]
 
 Decoding one sequence multiplies a single row by every weight, once per step, inside a compiled loop.
 XLA's CPU backend has no bfloat16, float16 or int8 matrix-vector kernel: it converts the weights to
@@ -28,6 +28,9 @@ its loop reads float32 copies), best of `--repeats` series, the machine first.
 """
 
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

@@ -1,6 +1,6 @@
 """Where a `fit` over tf.data spends its time: the steps, and the wait after the last one (TensorFlow).
 
-    python benchmarks/fit_teardown.py [--fits 6] [--steps 50] [--steps-per-execution 1]
+    python benchmarks/experiments/fit_teardown.py [--fits 6] [--steps 50] [--steps-per-execution 1]
 
 Trains a 2-layer, 64-wide GPT2LM (rotary positions, 283 tokens: the size of a character-level model of
 WikiText-2) on batches of 32 x 64 random tokens with `model.fit(jit_compile=True)`, warmed up by one
@@ -20,6 +20,9 @@ makes its iterator a few ms after it starts; Keras' array adapter builds its pip
 
 import argparse
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -1,6 +1,6 @@
 """One decoding step's attention over a KV cache on XLA's CPU backend: the cache's layout against its speed.
 
-    python benchmarks/one_query_attention.py [--batch 1 8] [--repeats 5]
+    python benchmarks/experiments/one_query_attention.py [--batch 1 8] [--repeats 5]
 
 A decoding step attends one query per sequence over every cached key and value, in each of GPT-2
 small's 12 layers (12 heads of 64, here 160 cached positions: a 32-token prompt and 128 new
@@ -19,6 +19,9 @@ both.) It prints milliseconds per step for the 12 layers, best of `--repeats` se
 
 import argparse
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

@@ -1,6 +1,6 @@
 """Forms of the one-row int8 product inside a decoding loop, on XLA's CPU backend: which reads weights fastest.
 
-    python benchmarks/int8_row_forms.py [--repeats 5] [--steps 32]
+    python benchmarks/experiments/int8_row_forms.py [--repeats 5] [--steps 32]
 
 Decoding one sequence multiplies one row by every int8 weight matrix at each step
 (`keras_tfam.engine.xla_cpu.rows_product`, what `quantize("int8")` layers run for one row in the XLA-CPU
@@ -21,6 +21,9 @@ per step, best of `--repeats` interleaved series.
 """
 
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

@@ -1,6 +1,6 @@
 """GPT-2 small decoding with XLA's CPU code at 256-bit vectors (XLA's default) or 512 (`prefer_wide_vectors`).
 
-    python benchmarks/vector_width.py [--repeats 2] [--tokens 128]
+    python benchmarks/experiments/vector_width.py [--repeats 2] [--tokens 128]
 
 On a CPU with AVX-512, `keras_tfam.cpu.prefer_wide_vectors()` adds `--xla_cpu_prefer_vector_width=512`
 to `XLA_FLAGS`. Each case runs in a fresh process with the width named in `XLA_FLAGS` (which the
@@ -13,7 +13,10 @@ machine, then tokens/s (best of `--repeats` processes, each the best of 3 genera
 
 import json
 import os
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

@@ -1,6 +1,6 @@
 """One decoding step's products at batch 1, through Keras' layers and through ours, on XLA's CPU backend.
 
-    python benchmarks/one_row_products.py [--repeats 5]
+    python benchmarks/experiments/one_row_products.py [--repeats 5]
 
 Decoding one sequence multiplies a single row by every weight. This script builds GPT-2 small's
 products as layers (per block: query, key, value and output projections 768 x 768, feed-forward
@@ -17,6 +17,9 @@ It prints milliseconds per step and the weight bytes read per second, best of `-
 
 import argparse
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

@@ -1,6 +1,6 @@
 """16-bit decoding with the cache held as its bits against the cache held as 16-bit floats (TensorFlow or JAX).
 
-    python benchmarks/half_cache.py [--precision bfloat16] [--batch 1 8] [--repeats 5]
+    python benchmarks/experiments/half_cache.py [--precision bfloat16] [--batch 1 8] [--repeats 5]
 
 XLA's CPU backend writes a bfloat16 or float16 tensor in float32: each step's write of the new keys and
 values widens the whole cache, writes them and narrows it back, a copy of the cache per layer and
@@ -16,6 +16,9 @@ It prints a table, and whether the tokens agree.
 
 import argparse
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/timing.py
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
