@@ -8,10 +8,11 @@ drafts), and the passes a drafted loop saves over a text that repeats itself (co
 import keras
 import numpy as np
 import pytest
+from counting_passes import CountingPasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_tfam.generation import DecodingWrapper, GreedySampler, Sampling
+from keras_tfam.generation import GreedySampler, Sampling
 from keras_tfam.generation.decoding import DecodingLoop, plan_decoding
 from keras_tfam.generation.speculative import DraftedDecodingLoop, PromptLookup
 from keras_tfam.models import GPT2LM, DecoderLM, EarlyExitLM
@@ -90,17 +91,6 @@ def test_streamed_chunks_are_the_tokens_of_generate(models):
     lengths = [len(p) for p in PROMPTS]
     for row, length in enumerate(lengths):
         assert np.concatenate(chunks, axis=1)[row].tolist() == expected[row, length : length + 12].tolist()
-
-
-class CountingPasses(DecodingWrapper):
-    """Counts the calls of the model it wraps (eagerly, each pass of the loop is a call)."""
-
-    def __init__(self, wrapped):
-        self.wrapped, self.passes = wrapped, 0
-
-    def call_with_cache(self, token_ids, cache, index, window=None, **options):
-        self.passes += 1
-        return self.wrapped.call_with_cache(token_ids, cache, index, window=window, **options)
 
 
 @pytest.mark.skipif(keras.config.backend() == "jax", reason="a JAX loop runs traced: its passes are not counted")

@@ -9,8 +9,9 @@ a perfect draft saves (counted on a wrapper).
 import keras
 import numpy as np
 import pytest
+from counting_passes import CountingPasses
 
-from keras_tfam.generation import DecodingWrapper, Sampling, TopKSampler
+from keras_tfam.generation import Sampling, TopKSampler
 from keras_tfam.generation.decoding import plan_decoding
 from keras_tfam.generation.speculative import DraftedDecodingLoop, DraftModel
 from keras_tfam.models import GPT2LM, DecoderLM, EarlyExitLM
@@ -96,17 +97,6 @@ def test_sampled_through_another_models_drafts_the_tokens_follow_the_model():
     frequencies = counts / rows
     bound = 4.5 * np.sqrt(exact * (1 - exact) / rows) + 1e-3  # about 4.5 standard deviations per cell
     assert (np.abs(frequencies - exact) < bound).all(), (frequencies, exact)
-
-
-class CountingPasses(DecodingWrapper):
-    """Counts the calls of the model it wraps (eagerly, each pass of the loop is a call)."""
-
-    def __init__(self, wrapped):
-        self.wrapped, self.passes = wrapped, 0
-
-    def call_with_cache(self, token_ids, cache, index, window=None, **options):
-        self.passes += 1
-        return self.wrapped.call_with_cache(token_ids, cache, index, window=window, **options)
 
 
 @pytest.mark.skipif(keras.config.backend() == "jax", reason="a JAX loop runs traced: its passes are not counted")
