@@ -5,6 +5,7 @@ import json
 import math
 import os
 
+from pipelines.drafting import DRAFTING_FLAGS, add_drafting_arguments, drafting_options, options_named_as_flags
 from pipelines.run_loading import load_run, run_directory
 
 
@@ -174,10 +175,7 @@ _OPTION_FLAGS = {
         name: f"--{name.replace('_', '-')}"
         for name in ("max_new_tokens", "temperature", "seed", "window", "chunk_size")
     },
-    "prompt_lookup_num_tokens": "--prompt-lookup",
-    "max_matching_ngram_size": "--max-matching-ngram-size",
-    "num_draft_tokens": "--num-draft-tokens",
-    "draft_model": "--draft-run",
+    **DRAFTING_FLAGS,
     "k": "--top-k",  # TopKSampler(k)
     "p": "--top-p",  # TopPSampler(p)
 }
@@ -233,10 +231,10 @@ def _generate(args):
     check_generate_args(args)
     stops = tuple(args.stop or ())
     model, tokenizer = load_run(args.run, args.checkpoint, needs_tokenizer=True)
-    draft = _draft_model(args, tokenizer)
-    with _options_named_as_flags():
+    drafting = drafting_options(args, tokenizer)
+    with options_named_as_flags(_OPTION_FLAGS):
         check_positive_int("chunk_size", args.chunk_size)
-        options = dict(_generate_options(args, tokenizer), draft_model=draft, num_draft_tokens=args.num_draft_tokens)
+        options = dict(_generate_options(args, tokenizer), **drafting)
         for prompt in args.prompt or [""]:
             ids = [tokenizer.eos_id] + list(np.asarray(tokenizer.tokenize_prompt(tf.constant([prompt])).flat_values))
             head = f"{prompt}{' ' if prompt and tokenizer.kind == 'word' else ''}"
@@ -246,32 +244,6 @@ def _generate(args):
                 out = model.generate([ids], args.max_new_tokens, **options)
                 text, _ = _completion_text(tokenizer, out[0, len(ids) :], options["stop_token_ids"])
                 print(head + _settled_text(text, stops, final=True)[0])
-
-
-def _draft_model(args, tokenizer):
-    """The model of `--draft-run` (its best checkpoint), or `None`; refused unless it tokenizes as the run."""
-    if args.draft_run is None:
-        return None
-    draft, draft_tokenizer = load_run(args.draft_run, needs_tokenizer=True)
-    if draft_tokenizer.fingerprint() != tokenizer.fingerprint():
-        raise ValueError(
-            f"`--draft-run` must tokenize as the run (the same tokenizer files). Received: draft_run={args.draft_run}"
-            f" with a {draft_tokenizer.kind} tokenizer of {draft_tokenizer.vocabulary_size} ids, the run's "
-            f"{tokenizer.kind} of {tokenizer.vocabulary_size}"
-        )
-    return draft
-
-
-@contextlib.contextmanager
-def _options_named_as_flags():
-    """Re-raises a `ValueError` naming an option of `generate` or of a sampler with its flag instead."""
-    try:
-        yield
-    except ValueError as error:
-        message = str(error)
-        for name, flag in _OPTION_FLAGS.items():
-            message = message.replace(f"`{name}`", f"`{flag}`")
-        raise ValueError(message) from error
 
 
 def _generate_options(args, tokenizer):
@@ -288,8 +260,7 @@ def _generate_options(args, tokenizer):
         sampler = get_sampler(args.sampler, temperature=args.temperature)
     options = {name: getattr(args, name) for name, _, _ in _STEERING_FLAGS}
     stop_token_ids = [] if args.no_stop_at_eos else [tokenizer.eos_id]
-    drafting = dict(prompt_lookup_num_tokens=args.prompt_lookup, max_matching_ngram_size=args.max_matching_ngram_size)
-    return dict(options, **drafting, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow,
+    return dict(options, sampler=sampler, seed=args.seed, window=args.window, overflow=args.overflow,
                 stop_token_ids=stop_token_ids)  # fmt: skip
 
 
@@ -427,22 +398,7 @@ def add_commands(commands):
     for name, type_, help_ in _STEERING_FLAGS:
         metavar = "N" if type_ is int else "X"
         steering.add_argument(f"--{name.replace('_', '-')}", type=type_, default=None, metavar=metavar, help=help_)
-    drafting = generate.add_argument_group("prompt lookup", "the same text in fewer passes where it repeats itself")
-    drafting.add_argument(
-        "--prompt-lookup", type=int, default=None, metavar="K",
-        help="draft K tokens per step from the text so far (after the last n-gram's earliest occurrence) and verify "
-        "them in one pass of the model",
-    )  # fmt: skip
-    drafting.add_argument(
-        "--max-matching-ngram-size", type=int, default=None, metavar="M",
-        help="with --prompt-lookup: the longest n-gram looked up (default 2)",
-    )  # fmt: skip
-    speculative = generate.add_argument_group("speculative decoding", "the same text, drafted by a smaller run")
-    speculative.add_argument("--draft-run", metavar="RUN", help="a run with the same tokenizer whose model drafts")
-    speculative.add_argument(
-        "--num-draft-tokens", type=int, default=None, metavar="K",
-        help="with --draft-run: tokens drafted and verified per pass of the model (default 4)",
-    )  # fmt: skip
+    add_drafting_arguments(generate)
     generate.set_defaults(handler=_generate)
 
     add_export_command(commands, run_arguments)

@@ -80,6 +80,8 @@ import tempfile
 
 import tensorflow as tf
 
+from keras_tfam.generation import GreedySampler, Sampling
+from keras_tfam.generation.requests import resolve_drafter
 from pipelines.errors import notice
 from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
@@ -156,7 +158,8 @@ def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None, *
     root.model_variables = list(variables.values())
     for name, function in signatures.items():
         setattr(root, name, function)
-    warmup = dict(batch_sizes=functions.decoding.batch_sizes or (1,), context=model.max_length)
+    served = functions.decoding
+    warmup = dict(batch_sizes=served.batch_sizes or (1,), context=served.context, drafted=served.drafted)
     return root, signatures, warmup
 
 
@@ -173,6 +176,10 @@ def export_model(
     max_new_tokens_limit=None,
     batch_sizes=DEFAULT_BATCH_SIZES,
     jit_compile=True,
+    prompt_lookup_num_tokens=None,
+    max_matching_ngram_size=None,
+    draft_model=None,
+    num_draft_tokens=None,
 ):
     """Writes the SavedModel to `export_dir` (TF Serving layout); returns the version path.
 
@@ -180,7 +187,10 @@ def export_model(
     request (default: `DEFAULT_MAX_NEW_TOKENS`, or the model's context if
     longer); a larger request fails with a clear error before allocating.
     `batch_sizes` and `jit_compile`: how `generate` compiles its loop
-    (`pipelines.served_decoding.ServedDecoding`).
+    (`pipelines.served_decoding.ServedDecoding`). `prompt_lookup_num_tokens`
+    and `max_matching_ngram_size`, or `draft_model` and `num_draft_tokens`:
+    the served loop drafts as `generate` does with them, and gives the same
+    outputs (the draft's weights are saved with the model's).
 
     A tokenizer whose graph needs ops outside core TensorFlow (BPE, an
     imported checkpoint's) gets its `generate_text` model written to
@@ -189,7 +199,13 @@ def export_model(
     by any TensorFlow.
     """
     limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
-    decoding = dict(batch_sizes=batch_sizes, jit_compile=jit_compile)
+    drafter = resolve_drafter(
+        model, Sampling(GreedySampler()), prompt_lookup_num_tokens, max_matching_ngram_size, draft_model,
+        num_draft_tokens,
+    )  # fmt: skip
+    if draft_model is not None:
+        ensure_built(draft_model)
+    decoding = dict(batch_sizes=batch_sizes, jit_compile=jit_compile, drafter=drafter)
     planned = resolve_version_dir(export_dir)
     if os.path.exists(planned) and not overwrite:  # refused before the signatures are traced
         raise FileExistsError(f"Export {planned!r} exists already; pass --overwrite to replace it")

@@ -4,12 +4,18 @@ directory that transformers (and `from_huggingface`) load."""
 import argparse
 import os
 
+from pipelines.drafting import DRAFTING_FLAGS, add_drafting_arguments, drafting_options, options_named_as_flags
 from pipelines.errors import notice
 from pipelines.run_loading import load_run
 
 FORMATS = ("savedmodel", "huggingface")
 # The options of the SavedModel's decoding, which a Hugging Face checkpoint does not hold.
-SAVEDMODEL_OPTIONS = {"max_new_tokens_limit": None, "batch_sizes": None, "no_xla": False}
+SAVEDMODEL_OPTIONS = {
+    "max_new_tokens_limit": None,
+    "batch_sizes": None,
+    "no_xla": False,
+    **dict.fromkeys(("prompt_lookup", "max_matching_ngram_size", "draft_run", "num_draft_tokens")),
+}
 
 
 def _export(args):
@@ -22,15 +28,17 @@ def _export(args):
     from pipelines.export import export_model
 
     model, tokenizer = load_run(args.run, args.checkpoint)
-    path = export_model(
-        model,
-        args.out,
-        tokenizer,
-        overwrite=args.overwrite,
-        max_new_tokens_limit=args.max_new_tokens_limit,
-        jit_compile=not args.no_xla,
-        **({} if args.batch_sizes is None else {"batch_sizes": args.batch_sizes}),
-    )
+    with options_named_as_flags(DRAFTING_FLAGS):
+        path = export_model(
+            model,
+            args.out,
+            tokenizer,
+            overwrite=args.overwrite,
+            max_new_tokens_limit=args.max_new_tokens_limit,
+            jit_compile=not args.no_xla,
+            **({} if args.batch_sizes is None else {"batch_sizes": args.batch_sizes}),
+            **drafting_options(args, tokenizer),
+        )
     print(f"exported {args.run} -> {path}")
 
 
@@ -86,6 +94,7 @@ def add_export_command(commands, run_arguments):
         action="store_true",
         help="decode without XLA, for a server that does not run it (TF Serving without --xla_cpu_compilation_enabled)",
     )
+    add_drafting_arguments(export, verb="serve")
     export.set_defaults(handler=_export)
 
 

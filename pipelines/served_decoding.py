@@ -9,6 +9,11 @@ it, in XLA, takes only the state's shapes: the rows and the buffer's width, the 
 largest `max_new_tokens` rounded up to a power of two (at most the model's context). XLA compiles each
 (batch size, buffer bucket) once, on its first request (the warmup requests cover the common ones). A
 `generate` request past the model's context slides its window, in a loop TensorFlow's executor runs.
+
+With a drafter (prompt lookup or a draft model, chosen at export time), the loop within the context verifies
+its drafts as the library's does, giving the same outputs in fewer passes; its buffer holds the drafted
+positions too, so a request fits when its prompt, largest `max_new_tokens` and drafts fit the context (of
+both models); past that, `generate` slides the window of plain decoding, whose outputs are the same.
 """
 
 import keras
@@ -57,29 +62,38 @@ class ServedDecoding:
         jit_compile: compile the loop with XLA (the served model then needs a server that runs XLA on CPU,
             as TF Serving does with `--xla_cpu_compilation_enabled=true`); if false, one loop for any batch,
             run by TensorFlow's executor.
+        drafter: a `PromptLookup` or `DraftModel` whose drafts the loop within the context verifies, or `None`.
     """
 
-    def __init__(self, model, batch_sizes=DEFAULT_BATCH_SIZES, jit_compile=True):
+    def __init__(self, model, batch_sizes=DEFAULT_BATCH_SIZES, jit_compile=True, drafter=None):
         self.model = model
         self.jit_compile = bool(jit_compile)
         self.batch_sizes = check_batch_sizes(batch_sizes) if self.jit_compile else ()
+        self.drafter = drafter
+        self.drafted = 0 if drafter is None else drafter.num_tokens
+        contexts = [model.max_length, getattr(getattr(drafter, "model", None), "max_length", None)]
+        contexts = [context for context in contexts if context is not None]
+        self.context = min(contexts) if contexts else None  # what the loop within the context runs in
         self.state_structure = None  # the state's structure, known once `prefill` is traced
 
     def _loop(self, settings, fits_context):
         sampler = TensorSampler(settings["temperature"], settings["top_k"], settings["top_p"])
         processors = (RepetitionPenalty(settings["repetition_penalty"]),)
-        return ServingLoop(self.model, Sampling(sampler), processors, logprobs=True, fits_context=fits_context)
+        drafter = self.drafter if fits_context else None
+        return ServingLoop(
+            self.model, Sampling(sampler), processors, logprobs=True, fits_context=fits_context, drafter=drafter
+        )
 
     def _total(self, token_ids, max_new_tokens):
-        """`(fits, width)`: whether the prompts and the largest `max_new_tokens` fit the model's context, and the
-        buffer's room for new tokens (the total rounded up to a bucket, at most the context)."""
+        """`(fits, width)`: whether the prompts, the largest `max_new_tokens` and the drafts fit the context, and
+        the buffer's room for new tokens (the total rounded up to a bucket, at most the context, less the
+        drafts)."""
         prompt_width = tf.shape(token_ids)[1]
-        needed = prompt_width + tf.reduce_max(max_new_tokens)
+        needed = prompt_width + tf.reduce_max(max_new_tokens) + self.drafted
         total = buffer_bucket(needed)
-        window = self.model.max_length
-        if window is None:
-            return tf.constant(True), total - prompt_width
-        return needed <= window, tf.minimum(total, window) - prompt_width
+        if self.context is None:
+            return tf.constant(True), total - prompt_width - self.drafted
+        return needed <= self.context, tf.minimum(total, self.context) - prompt_width - self.drafted
 
     def _by_size(self, rows, batched, function, *unbatched):
         """`function(*batched, *unbatched)` at the smallest batch size `>= rows`: each of `batched` (structures
@@ -101,10 +115,11 @@ class ServedDecoding:
         """`(ok, message, values)`: the prompts and the largest `max_new_tokens` fit the model's context (what
         `prefill` serves)."""
         fits, _ = self._total(token_ids, max_new_tokens)
+        drafts = f" plus the {self.drafted} drafted tokens" if self.drafted else ""
         yield (
             fits,
-            f"`prefill` serves a prompt width plus the largest `max_new_tokens` within the model's context "
-            f"({self.model.max_length} tokens); `generate` slides its window past it. Received: {{}} + {{}}",
+            f"`prefill` serves a prompt width plus the largest `max_new_tokens`{drafts} within the context "
+            f"({self.context} tokens); `generate` slides its window past it. Received: {{}} + {{}}",
             [tf.shape(token_ids)[1], tf.reduce_max(max_new_tokens)],
         )
 
@@ -167,7 +182,10 @@ class ServedDecoding:
         chunk = tf.where(generated, tf.gather(advanced["token_ids"], positions, batch_dims=1), 0)
         logprobs = tf.where(generated, tf.gather(advanced["logprobs"], positions, batch_dims=1), 0.0)
         advanced["sent"] = sent + count
-        finished = tf.logical_or(advanced["done"], advanced["index"] >= advanced["limits"])
+        # A row is finished once it generates nothing more and every token it generated was sent (a row can
+        # run ahead of the chunks: a shorter prompt, or drafts kept past the chunk's end).
+        ended = tf.logical_or(advanced["done"], advanced["index"] >= advanced["limits"])
+        finished = tf.logical_and(ended, advanced["sent"] >= advanced["num_generated"])
         flat = dict(zip(names, keras.tree.flatten(advanced)))
         return {"token_ids": chunk, "logprobs": logprobs, "finished": finished, **flat}
 

@@ -99,12 +99,18 @@ class ServingFunctions:
     """The exported computations, over a model of the generation protocol and a tokenizer."""
 
     def __init__(
-        self, model, tokenizer=None, max_new_tokens_limit=None, batch_sizes=DEFAULT_BATCH_SIZES, jit_compile=True
+        self,
+        model,
+        tokenizer=None,
+        max_new_tokens_limit=None,
+        batch_sizes=DEFAULT_BATCH_SIZES,
+        jit_compile=True,
+        drafter=None,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens_limit = resolve_max_new_tokens_limit(model, max_new_tokens_limit)
-        self.decoding = ServedDecoding(model, batch_sizes, jit_compile)
+        self.decoding = ServedDecoding(model, batch_sizes, jit_compile, drafter)
         # Traced once, here, outside any graph: `generate` and `generate_text` call these traces (a second trace
         # of the loop would multiply the export's time and the SavedModel's graphs).
         self.prefill_trace = tf.function(

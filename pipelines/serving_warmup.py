@@ -17,15 +17,16 @@ WARMUP_BUFFERS = (16, 32, 64, 128, 256)
 WARMUP_NEW_TOKENS = 2
 
 
-def warmup_inputs(signature_names, batch_sizes=(1,), context=None):
+def warmup_inputs(signature_names, batch_sizes=(1,), context=None, drafted=0):
     """`[(signature name, {input name: NumPy array})]`: the requests the warmup file holds.
 
     `generate` at every batch size of `batch_sizes` and every buffer of `WARMUP_BUFFERS` within the model's
-    `context` (so that it compiles its loop for them); `serving_default` and `generate_text` (a one-word
-    prompt: the narrowest buffer) at each batch size once. Each request asks for `WARMUP_NEW_TOKENS` new
-    tokens, so that the replay itself is short.
+    `context` (so that it compiles its loop for them; a loop that verifies `drafted` tokens holds that many
+    more); `serving_default` and `generate_text` (a one-word prompt: the narrowest buffer) at each batch size
+    once. Each request asks for `WARMUP_NEW_TOKENS` new tokens, so that the replay itself is short.
     """
     buffers = [width for width in WARMUP_BUFFERS if context is None or width <= context] or [context]
+    buffers = [width for width in buffers if width - drafted - WARMUP_NEW_TOKENS >= 1]
     requests = []
     for batch in batch_sizes:
         if "serving_default" in signature_names:
@@ -33,12 +34,12 @@ def warmup_inputs(signature_names, batch_sizes=(1,), context=None):
         if "generate_text" in signature_names:
             requests.append(("generate_text", generate_text_request(["The"] * batch, WARMUP_NEW_TOKENS)))
         for width in buffers if "generate" in signature_names else ():
-            prompt = [1] * (width - WARMUP_NEW_TOKENS)
+            prompt = [1] * (width - drafted - WARMUP_NEW_TOKENS)
             requests.append(("generate", generate_request([prompt] * batch, WARMUP_NEW_TOKENS)))
     return requests
 
 
-def write_warmup_requests(version_dir, signature_names, batch_sizes=(1,), context=None):
+def write_warmup_requests(version_dir, signature_names, batch_sizes=(1,), context=None, drafted=0):
     """Writes the warmup file of an export's signatures into `version_dir` (`warmup_inputs`); returns its
     path."""
     import tensorflow as tf
@@ -47,7 +48,7 @@ def write_warmup_requests(version_dir, signature_names, batch_sizes=(1,), contex
     path = os.path.join(version_dir, WARMUP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
-        for name, inputs in warmup_inputs(signature_names, batch_sizes, context):
+        for name, inputs in warmup_inputs(signature_names, batch_sizes, context, drafted):
             request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(signature_name=name))
             for key, value in inputs.items():
                 request.inputs[key].CopyFrom(tf.make_tensor_proto(value))

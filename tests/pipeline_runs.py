@@ -7,7 +7,7 @@ import sys
 import pytest
 from shared_data import WIKITEXT2
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_small_wikitext(folder):

@@ -1,6 +1,7 @@
 """Generation requests: the arguments of `generate`, checked, and the static choices a compiled loop is keyed by."""
 
 import dataclasses
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -197,21 +198,27 @@ def prepare_request(
         model, search, prompt_lookup_num_tokens, max_matching_ngram_size, draft_model, num_draft_tokens
     )
     drafted = 0 if drafter is None else drafter.num_tokens
+    if drafted and window is not None and padded.shape[1] + max_new_tokens + drafted <= window:
+        bucket = min(bucket, window - padded.shape[1] - drafted)  # rounded up within the context only
     plan = plan_decoding(model, padded.shape[1] + bucket + drafted, int(lengths.min()), window)
     if drafter is not None:
-        counts = f"{padded.shape[1]} + {max_new_tokens} + {drafted}"
-        if plan.mode != "full":
-            raise ValueError(
-                f"Drafted decoding runs within the model's context ({window} positions): the prompt, "
-                f"max_new_tokens and the drafted tokens must fit it. Received: {counts}"
-            )
         draft_context = None if draft_model is None else draft_model.max_length
-        if draft_context is not None and padded.shape[1] + max_new_tokens + drafted > draft_context:
-            raise ValueError(
-                f"`draft_model` attends to {draft_context} positions: the prompt, max_new_tokens and "
-                f"num_draft_tokens must fit them. Received: {counts}"
+        if plan.mode != "full":
+            outside = f"the model's context ({window} positions)"
+        elif draft_context is not None and padded.shape[1] + max_new_tokens + drafted > draft_context:
+            outside = f"the draft model's context ({draft_context} positions)"
+        else:
+            outside = None
+            plan = dataclasses.replace(plan, segment_ends=())  # the caches hold the whole buffer from the start
+        if outside is not None:
+            # Drafts change no token: plain decoding (sliding its window where it must) gives the same.
+            warnings.warn(
+                f"The prompt, max_new_tokens and the drafted tokens ({padded.shape[1]} + {max_new_tokens} + "
+                f"{drafted}) do not fit {outside}: this call decodes without drafts, with the same tokens.",
+                stacklevel=3,
             )
-        plan = dataclasses.replace(plan, segment_ends=())  # the caches hold the whole buffer from the start
+            drafter = None
+            plan = plan_decoding(model, padded.shape[1] + bucket, int(lengths.min()), window)
     if seed is None:
         seed = int(np.random.randint(0, 2**31 - 1))
     if not is_integer(seed):

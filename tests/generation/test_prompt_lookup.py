@@ -113,6 +113,13 @@ def test_a_text_that_repeats_itself_takes_fewer_passes():
     assert drafted_passes < plain_passes / 2, (drafted_passes, plain)
 
 
+def test_past_the_model_s_context_it_decodes_without_drafts_and_says_so():
+    model = GPT2LM(**TINY)
+    with pytest.warns(UserWarning, match=r"not fit the model's context \(48 positions\): this call decodes without"):
+        drafted = model.generate(PROMPTS, 40, prompt_lookup_num_tokens=3)
+    np.testing.assert_array_equal(drafted, model.generate(PROMPTS, 40))
+
+
 @pytest.mark.parametrize(
     "make, options, expected",
     [
@@ -120,9 +127,8 @@ def test_a_text_that_repeats_itself_takes_fewer_passes():
         (lambda: GPT2LM(**TINY, attention="linear", position="none"), {}, "slot of its own"),
         (lambda: GPT2LM(**TINY, local_window=3), {}, "slot of its own"),
         (lambda: EarlyExitLM(GPT2LM(**TINY), threshold=1.0), {}, "early exits"),
-        (lambda: GPT2LM(**TINY), {"max_new_tokens": 40}, "within the model's context"),
     ],
-    ids=["beams", "recurrent", "ring", "early_exit", "past_context"],
+    ids=["beams", "recurrent", "ring", "early_exit"],
 )
 def test_what_it_cannot_draft_for_is_refused_in_one_line(make, options, expected):
     options = {"max_new_tokens": 8, **options}

@@ -6,6 +6,8 @@ model computed from full passes (the distribution sampled through drafts of anot
 a perfect draft saves (counted on a wrapper).
 """
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -113,6 +115,22 @@ def test_a_perfect_draft_verifies_k_plus_one_tokens_a_pass():
     assert counting.passes == 1 + 4  # the prefill, then 5 tokens a pass (the last pass's fifth past the 20)
 
 
+def test_past_the_draft_s_or_the_model_s_context_it_decodes_without_drafts_and_says_so(models):
+    model, short_draft = models["gpt2"], GPT2LM(**dict(TINY, max_sequence_length=20))
+    with pytest.warns(UserWarning, match=r"\(10 \+ 12 \+ 4\) do not fit the draft model's context \(20 positions\)"):
+        drafted = model.generate(PROMPTS, 12, draft_model=short_draft)
+    np.testing.assert_array_equal(drafted, model.generate(PROMPTS, 12))
+    # 10 + 36 fit the model's 48 positions, not with 4 drafts; 10 + 45 slide its window; 10 + 34 + 4 fit.
+    for new_tokens in (36, 45):
+        with pytest.warns(UserWarning, match=r"do not fit the model's context \(48 positions\)"):
+            drafted = model.generate(PROMPTS, new_tokens, draft_model=models["draft"])
+        np.testing.assert_array_equal(drafted, model.generate(PROMPTS, new_tokens))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        drafted = model.generate(PROMPTS, 34, draft_model=models["draft"])
+    np.testing.assert_array_equal(drafted, model.generate(PROMPTS, 34))
+
+
 @pytest.mark.parametrize(
     "target, options, expected",
     [
@@ -122,10 +140,9 @@ def test_a_perfect_draft_verifies_k_plus_one_tokens_a_pass():
         (None, {"draft": True, "num_draft_tokens": 0}, "num_draft_tokens"),
         (None, {"draft": True, "beam_size": 2}, "one hypothesis per prompt"),
         (None, {"draft_model": GPT2LM(**dict(TINY, local_window=3))}, "draft_model whose caches.*GPT2LM"),
-        (None, {"draft_model": GPT2LM(**dict(TINY, max_sequence_length=20))}, "attends to 20 positions"),
         (lambda: EarlyExitLM(GPT2LM(**TINY)), {"draft": True}, "early exits; self-speculation: model.backbone"),
     ],
-    ids=["vocabulary", "no_draft", "both", "zero", "beams", "ring_draft", "draft_context", "early_exit_target"],
+    ids=["vocabulary", "no_draft", "both", "zero", "beams", "ring_draft", "early_exit_target"],
 )
 def test_what_it_cannot_draft_for_is_refused_in_one_line(models, target, options, expected):
     options = dict(options)

@@ -146,7 +146,15 @@ def test_cli_eval_generate_and_export(trained_run, small_wikitext, tmp_path):
     assert "-> " + target in run_tfam(["export", trained_run, "--out", target]).stdout
     again = run_tfam(["export", trained_run, "--out", target], check=False)
     assert again.returncode == 2 and "exists already" in again.stderr
-    run_tfam(["export", trained_run, "--out", target, "--overwrite", "--no-xla"])
+    # Without XLA, and with speculative decoding inside (the run drafts for itself): the first export's tokens.
+    drafted = ["--draft-run", trained_run, "--num-draft-tokens", "2"]
+    run_tfam(["export", trained_run, "--out", target, "--overwrite", "--no-xla", *drafted])
+    request = {name: tf.constant(value) for name, value in generate_request([[3, 1, 4], [5]], [6, 9]).items()}
+    first_export = os.path.join(trained_run, "export", "1")
+    first, replaced = (tf.saved_model.load(path).signatures["generate"] for path in (first_export, target))
+    np.testing.assert_array_equal(replaced(**request)["token_ids"], first(**request)["token_ids"])
+    lone = _one_error_line(["export", trained_run, "--out", str(tmp_path / "x"), "--num-draft-tokens", "2"])
+    assert lone.startswith("tfam: error: `--num-draft-tokens` sets speculative decoding, which `--draft-run` turns on")
     run_tfam(["export", trained_run, "--out", str(tmp_path / "exports"), "--batch-sizes", "3,1"])
     assert sorted(os.listdir(tmp_path / "exports")) == ["7", "8"]
     # The warmup requests are at the batch sizes the loop was compiled for (none without XLA: batch 1).
