@@ -15,7 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from timing import machine, median_seconds  # noqa: E402
+from timing import add_smoke, machine, median_seconds, smoke_settings  # noqa: E402
 
 import keras_tfam  # noqa: E402
 
@@ -43,7 +43,8 @@ def main():
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--jit", action="store_true", help="compile both with XLA")
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), batch=1, length=8, width=16, heads=2, repeats=1)
     keras.utils.set_random_seed(0)
     x = tf.random.normal((args.batch, args.length, args.width))
     head = args.width // args.heads

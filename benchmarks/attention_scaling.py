@@ -18,7 +18,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
-from timing import machine, median_seconds  # noqa: E402
+from timing import add_smoke, machine, median_seconds, smoke_settings  # noqa: E402
 
 from keras_tfam.layers import LinearAttention, MultiHeadAttention  # noqa: E402
 
@@ -52,7 +52,8 @@ def main():
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), lengths=[16], width=16, heads=2, repeats=1)
     head = args.width // args.heads
     layers = {
         "softmax": MultiHeadAttention(args.heads, head),

@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from timing import machine  # noqa: E402
+from timing import SMOKE_SIZES, add_smoke, machine, small_wikitext, smoke_folder  # noqa: E402
 
 from pipelines.config import TrainConfig  # noqa: E402
 from pipelines.data.lm_stream import lm_dataset, tokenize_lines  # noqa: E402
@@ -39,8 +39,8 @@ def stream_rate(dataset, batches=2000):
     return tokens / (time.perf_counter() - start)
 
 
-def training_rate(tokens, vocabulary_size, start_id, steps=12):
-    config = TrainConfig(max_steps=steps, dropout=0.0)
+def training_rate(tokens, vocabulary_size, start_id, steps=12, sizes=None):
+    config = TrainConfig(max_steps=steps, model_options={"dropout": 0.0, **(sizes or {})}).validate()
     model = build_model(config, vocabulary_size)
     model.compile(
         build_optimizer(config), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True
@@ -63,7 +63,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "wikitext-2"))
     parser.add_argument("--split", default="valid")
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.data_dir = small_wikitext(os.path.join(smoke_folder("data_pipeline"), "wikitext-2"))
+    batches, steps, sizes = (10, 5, SMOKE_SIZES) if args.smoke else (2000, 12, None)
     lines = read_lines(find_split(args.data_dir, args.split))
     print(f"machine: {machine()}")
     print(f"split: {args.split} ({len(lines)} lines); stream: batch 16 x 128, shuffled, cached, prefetched")
@@ -73,8 +77,8 @@ def main():
         tokens = tokenize_lines(tokenizer, lines)
         tokenize_rate = tokens.size / (time.perf_counter() - start)
         dataset = lm_dataset(tokens, 128, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True)
-        delivered = stream_rate(dataset)
-        trained = training_rate(tokens, tokenizer.vocabulary_size, tokenizer.eos_id)
+        delivered = stream_rate(dataset, batches)
+        trained = training_rate(tokens, tokenizer.vocabulary_size, tokenizer.eos_id, steps, sizes)
         print(
             f"{kind:5} vocab {tokenizer.vocabulary_size:6}: tokenize {tokenize_rate:12,.0f} tok/s (once)  "
             f"stream {delivered:14,.0f} tok/s  gpt2_tiny training {trained:8,.0f} tok/s  "

@@ -43,8 +43,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from mini_protocol import load_mini_protocol, perplexities  # noqa: E402
-from timing import machine, median_seconds  # noqa: E402
+from mini_protocol import load_mini_protocol, perplexities, smoke_run  # noqa: E402
+from timing import add_smoke, machine, median_seconds, smoke_folder, smoke_settings  # noqa: E402
 
 from keras_tfam.models import EarlyExitLM, grid_search_threshold, learn_then_test  # noqa: E402
 
@@ -171,9 +171,14 @@ def main():
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--weights", help="a .weights.h5 to save the fine-tuned model to (or load it from)")
-    args = parser.parse_args()
+    add_smoke(parser)
+    smoke = dict(finetune_steps=2, classifier_steps=2, batch_size=4, calibration_blocks=4, eval_blocks=4)
+    smoke.update(eval_batch=4, thresholds=[0.5], prompt=8, new=4, repeats=1, weights=None)
+    args = smoke_settings(parser.parse_args(), **smoke)
     keras.utils.set_random_seed(0)
     start = time.perf_counter()
+    if args.smoke:  # two layers: one to exit after
+        args.run, args.data_dir = smoke_run(smoke_folder("early_exit"), **{"num-layers": 2})
 
     gpt2, _, splits = load_mini_protocol(args.run, args.data_dir)
     inputs, targets, weights, _ = splits["valid"]

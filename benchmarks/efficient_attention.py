@@ -194,9 +194,7 @@ def child_quality(spec):
     keras.utils.set_random_seed(0)
     model = GPT2LM(
         tokenizer.vocabulary_size,
-        num_layers=4,
-        num_heads=4,
-        hidden_dim=256,
+        **spec["sizes"],
         max_sequence_length=128,
         dropout=0.1,
         attention=spec["family"],
@@ -220,6 +218,7 @@ def child_quality(spec):
     }
 
 
+QUALITY_SIZES = {"num_layers": 4, "num_heads": 4, "hidden_dim": 256}  # GPT-2 tiny
 # Each family's options in the quality runs (GPT-2 tiny: heads of 64, 128-token blocks).
 QUALITY_OPTIONS = {
     "softmax": {},
@@ -260,7 +259,7 @@ def _mib(value):
 def speed(args):
     modes = {"causal": [True], "bidirectional": [False], "both": [True, False]}[args.mode]
     for causal in modes:
-        families = CAUSAL_FAMILIES if causal else FAMILIES
+        families = args.families if args.smoke else CAUSAL_FAMILIES if causal else FAMILIES
         print(f"\n{'causal' if causal else 'bidirectional'}: batch 1, width {WIDTH}, {HEADS} heads, fwd+bwd, XLA")
         print(f"{'T':>6} {'family':>10} {'ms':>9} {'alloc MiB':>9} {'RSS MiB':>8} {'t/softmax':>9} {'t/linear':>8}")
         for length in args.lengths:
@@ -295,7 +294,7 @@ def reversible(args):
     )
     print(f"{'depth':>5} {'activations':>12} {'ms':>9} {'alloc MiB':>9} {'RSS MiB':>8}")
     peaks = {}
-    for recompute in (True, False):
+    for recompute in (True,) if args.smoke else (True, False):
         for depth in args.depths:
             spec = {
                 "depth": depth,
@@ -324,6 +323,8 @@ def reversible(args):
 
 
 def quality(args):
+    from timing import SMOKE_SIZES
+
     print(
         f"\nmini protocol (train on WikiText-2 valid, evaluate on test; not WikiText-2 test perplexity): "
         f"GPT-2 tiny, {args.cpu_minutes} CPU-minutes of training each"
@@ -331,6 +332,7 @@ def quality(args):
     print(f"{'family':>10} {'steps':>6} {'tokens':>10} {'CPU s':>7} {'wall s':>7} {'test loss':>9} {'word ppl':>9}")
     for family in args.families:
         spec = {"family": family, "cpu_minutes": args.cpu_minutes, "data_dir": os.path.abspath(args.data_dir)}
+        spec["sizes"] = SMOKE_SIZES if args.smoke else QUALITY_SIZES
         r = run_child("quality", spec, timeout=int(args.cpu_minutes * 60 * 8 + 3600))
         if "error" in r:
             print(f"{family:>10}   {r['error']}", flush=True)
@@ -350,8 +352,12 @@ def main():
         sys.path.insert(0, HERE)
         print(json.dumps(CHILDREN[sys.argv[2]](json.loads(sys.argv[3]))))
         return
+    sys.path.insert(0, HERE)
+    from timing import add_smoke, machine, small_wikitext, smoke_folder, smoke_settings
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts = parser.add_subparsers(dest="part", required=True)
+    add_smoke(parser)  # without a part: each of the three, one measurement each
+    parts = parser.add_subparsers(dest="part")
     part = parts.add_parser("speed")
     part.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     part.add_argument("--mode", choices=("causal", "bidirectional", "both"), default="both")
@@ -370,11 +376,16 @@ def main():
     part.add_argument("--families", nargs="+", default=list(CAUSAL_FAMILIES), choices=CAUSAL_FAMILIES)
     part.add_argument("--data-dir", default=os.path.join(HERE, "..", "..", "shared", "data", "wikitext-2"))
     args = parser.parse_args()
-    sys.path.insert(0, HERE)
-    from timing import machine
-
+    if args.part is None and not args.smoke:
+        parser.error("the following arguments are required: part")
+    smoke = dict(lengths=[64], mode="causal", max_softmax_length=64, repeats=1, timeout=900, families=["softmax"])
+    smoke.update(depths=[1], length=16, batch=1, width=32, cpu_minutes=0.001)
+    if args.smoke:
+        smoke["data_dir"] = small_wikitext(os.path.join(smoke_folder("efficient_attention"), "wikitext-2"))
+    smoke_settings(args, **smoke)
     print(f"machine: {machine()}")
-    {"speed": speed, "reversible": reversible, "quality": quality}[args.part](args)
+    for part in [args.part] if args.part else ["speed", "reversible", "quality"]:
+        {"speed": speed, "reversible": reversible, "quality": quality}[part](args)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,12 @@ import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from timing import machine, median_seconds  # noqa: E402
+from timing import add_smoke, machine, median_seconds, smoke_settings  # noqa: E402
 
 from keras_tfam.models import GPT2LM  # noqa: E402
+
+CONFIG = dict(vocabulary_size=8192, num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024)
+SMOKE_CONFIG = dict(vocabulary_size=128, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=64)
 
 
 def matmul_floor_seconds(batch, new, width=256, layers=4, vocab=8192):
@@ -64,24 +67,22 @@ def main():
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), batch=[1], prompt=4, new=4, repeats=1)
+    config = SMOKE_CONFIG if args.smoke else CONFIG
     keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.GPT2Backbone(
-        vocabulary_size=8192,
-        num_layers=4,
-        num_heads=4,
-        hidden_dim=256,
-        intermediate_dim=1024,
-        max_sequence_length=512,
-        dropout=0.0,
-    )
+    backbone = keras_hub.models.GPT2Backbone(**config, max_sequence_length=512, dropout=0.0)
     theirs = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     theirs.compile(sampler="greedy")
     ours = GPT2LM.from_keras_hub(backbone)
     print(f"machine: {machine()}")
-    print(f"config: 4 layers, width 256, 4 heads, vocab 8192; prompt {args.prompt}, {args.new} new tokens, greedy")
+    print(
+        f"config: {config['num_layers']} layers, width {config['hidden_dim']}, {config['num_heads']} heads, "
+        f"vocab {config['vocabulary_size']}; prompt {args.prompt}, {args.new} new tokens, greedy"
+    )
     for batch in args.batch:
-        prompts = np.random.default_rng(batch).integers(0, 8192, size=(batch, args.prompt)).astype("int32")
+        vocabulary = config["vocabulary_size"]
+        prompts = np.random.default_rng(batch).integers(0, vocabulary, size=(batch, args.prompt)).astype("int32")
         length = args.prompt + args.new
         padded = np.zeros((batch, length), "int32")
         padded[:, : args.prompt] = prompts
@@ -96,7 +97,7 @@ def main():
             return ours.generate(prompts, max_new_tokens=args.new)
 
         same = np.array_equal(run_ours(), run_theirs())
-        t_floor = matmul_floor_seconds(batch, args.new)
+        t_floor = matmul_floor_seconds(batch, args.new, config["hidden_dim"], config["num_layers"], vocabulary)
         t_theirs = median_seconds(run_theirs, warmup=0, repeats=args.repeats)
         t_ours = median_seconds(run_ours, warmup=0, repeats=args.repeats)
         tokens = batch * args.new

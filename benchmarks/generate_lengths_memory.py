@@ -36,7 +36,7 @@ def resident_mb():
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
-def measure(configuration, count, preset):
+def measure(configuration, count, preset, sizes):
     import gc
     import resource
     import time
@@ -49,7 +49,7 @@ def measure(configuration, count, preset):
     if configuration == "one loop per length":
         generator_module.length_bucket = lambda n: n
         generator_module.MAX_COMPILED_LOOPS = 10**9
-    model = GPT2LM.from_preset(preset, vocabulary_size=2048)
+    model = GPT2LM.from_preset(preset, vocabulary_size=2048, **sizes)
     prompt = [[5, 8, 13, 21]]
     model.generate(prompt, 2)  # warm-up: the first trace loads TensorFlow's kernels
     lengths = [int(n) for n in np.linspace(3, 200, count).round()]
@@ -81,9 +81,13 @@ def main():
     parser.add_argument("--lengths", type=int, default=40, help="distinct max_new_tokens, 3 .. 200")
     parser.add_argument("--preset", default="gpt2_tiny")
     parser.add_argument("--child", choices=CONFIGURATIONS, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import SMOKE_SIZES, add_smoke, smoke_settings
+
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), lengths=3)
     if args.child:
-        print(json.dumps(measure(args.child, args.lengths, args.preset)))
+        print(json.dumps(measure(args.child, args.lengths, args.preset, SMOKE_SIZES if args.smoke else {})))
         return
     results = []
     for configuration in CONFIGURATIONS:
@@ -97,6 +101,7 @@ def main():
                 str(args.lengths),
                 "--preset",
                 args.preset,
+                *(["--smoke"] if args.smoke else []),
             ],
             capture_output=True,
             text=True,

@@ -37,19 +37,16 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ENGINES = (
-    "keras_tfam-float32",
-    "keras_tfam-bfloat16",
-    "keras_tfam-int8",
-    "transformers-float32",
-    "transformers-bfloat16",
-    "onnxruntime-float32",
-    "onnxruntime-int8",
-    "llama.cpp-f32",
-    "llama.cpp-f16",
-    "llama.cpp-q8_0",
-)
+# Each engine family and the weight widths it runs at: its engines are FAMILY-WIDTH.
+WIDTHS = {
+    "keras_tfam": ("float32", "bfloat16", "int8"),
+    "transformers": ("float32", "bfloat16"),
+    "onnxruntime": ("float32", "int8"),
+    "llama.cpp": ("f32", "f16", "q8_0"),
+}
+ENGINES = tuple(f"{family}-{width}" for family, widths in WIDTHS.items() for width in widths)
 BF16_UNITS = ("avx512_bf16", "amx_bf16")
+SMOKE_SKIPPED = ("keras_tfam-bfloat16",)  # ours that --smoke leaves out: a process less
 VOCABULARY = 50257
 
 
@@ -330,7 +327,7 @@ def default_engines(device):
 
 
 def compare(args):
-    from timing import cpu, run_json
+    from timing import SMOKE_SKIP, cpu, run_json, skipped, smoke_folder, tiny_gpt2_checkpoint
 
     peers = args.peers_python or sys.executable
     needs = {
@@ -338,24 +335,21 @@ def compare(args):
         "onnxruntime": ("optimum.onnxruntime", "onnxruntime"),
         "llama.cpp": ("llama_cpp", "gguf", "safetensors"),
     }
-    directory = tempfile.mkdtemp()
-    common = [
-        "--batch",
-        *args.batch,
-        "--prompt",
-        args.prompt,
-        "--new",
-        args.new,
-        "--repeats",
-        args.repeats,
-        "--device",
-        args.device,
-    ]
-    versions = run_json(__file__, "--engine", "write", "--checkpoint", directory, python=peers)
+    directory = smoke_folder("generate_vs_transformers") if args.smoke else tempfile.mkdtemp()
+    common = ["--batch", *args.batch, "--prompt", args.prompt, "--new", args.new, "--repeats", args.repeats]
+    common += ["--device", args.device]
+    if args.smoke:  # a tiny GPT-2 of our own; the peers do not run
+        tiny_gpt2_checkpoint(directory, positions=args.prompt + args.new)
+        versions = {"torch": "not run", "transformers": "not run (--smoke)"}
+    else:
+        versions = run_json(__file__, "--engine", "write", "--checkpoint", directory, python=peers)
     results = {}
     for engine in args.engines or default_engines(args.device):
         family = engine.split("-")[0]
         python = sys.executable if family == "keras_tfam" else peers
+        if args.smoke and (family != "keras_tfam" or engine in SMOKE_SKIPPED):
+            skipped(engine, SMOKE_SKIP if family != "keras_tfam" else "--smoke runs ours in float32 and int8")
+            continue
         if family in needs and not has_modules(python, *needs[family]):
             print(f"{engine}: skipped ({python} lacks {', '.join(needs[family])}: see benchmarks/install_peers.sh)")
             continue
@@ -364,17 +358,8 @@ def compare(args):
         attempts = ([], ["--no-extra-buffers"]) if family == "llama.cpp" else ([],)
         for extra in attempts:
             try:
-                results[engine] = run_json(
-                    __file__,
-                    "--engine",
-                    engine,
-                    "--checkpoint",
-                    directory,
-                    *common,
-                    *extra,
-                    python=python,
-                    timeout=args.timeout,
-                )
+                run = ("--engine", engine, "--checkpoint", directory, *common, *extra)
+                results[engine] = run_json(__file__, *run, python=python, timeout=args.timeout)
                 break
             except (RuntimeError, subprocess.TimeoutExpired) as error:
                 print(f"{' '.join([engine, *extra])}: no result ({str(error).splitlines()[0]})", flush=True)
@@ -421,6 +406,8 @@ def gpu_name():
 
 
 def main():
+    from timing import add_smoke, smoke_settings
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--prompt", type=int, default=32)
@@ -441,10 +428,11 @@ def main():
     )
     parser.add_argument("--timeout", type=float, default=1200, help="seconds an engine may take (then: no result)")
     parser.add_argument("--json", help="also write the results there, engine by engine")
+    add_smoke(parser)
     parser.add_argument("--no-extra-buffers", action="store_true", help=argparse.SUPPRESS)  # llama.cpp (internal)
     parser.add_argument("--engine", help=argparse.SUPPRESS)  # one engine, in this process (internal)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = smoke_settings(parser.parse_args(), batch=[1], prompt=8, new=4, repeats=1)
     if args.engine is None:
         return compare(args)
     if args.engine == "write":

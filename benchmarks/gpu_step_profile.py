@@ -149,12 +149,16 @@ def main():
     parser.add_argument("--xla-flags", default="", help="XLA_FLAGS for every variant's process (to try XLA's options)")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--variant", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import add_smoke, forwarded_options, run_json, smoke_settings
+
+    add_smoke(parser)
+    # One variant under --smoke: the library's loss on bfloat16 logits; no trace.
+    smoke = dict(size="tiny", batch=2, length=16, steps=1, warmup=1, out=None, hlo=None)
+    args = smoke_settings(parser.parse_args(), **smoke, variants=["token-loss-bf16-logits"])
     if args.variant:
         print(json.dumps(run_variant(args)))
         return
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from timing import forwarded_options, run_json
 
     if args.xla_flags:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {args.xla_flags}"

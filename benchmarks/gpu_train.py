@@ -164,19 +164,21 @@ def main():
         help="ours with keras_tfam.losses.TokenCrossEntropy (default) or Keras' sparse cross-entropy",
     )
     parser.add_argument("--engine", choices=("ours", "nanogpt"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import add_smoke, forwarded_options, run_json, skipped, smoke_settings
+
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), size="tiny", batch=2, length=16, steps=2, warmup=1, device="cpu")
     if args.engine:
         print(json.dumps(run_ours(args) if args.engine == "ours" else run_nanogpt(args)))
         return
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
-    from timing import forwarded_options, run_json
-
     forwarded = forwarded_options(args, "engine")
     ours = run_json(__file__, "--engine", "ours", *forwarded)
     name = "keras_tfam (JAX" + (", flash attention)" if ours["flash_attention"] else ")")
     results = {name: ours}
-    if args.nanogpt:
+    if args.nanogpt and args.smoke:
+        skipped("nanoGPT")
+    elif args.nanogpt:
         results["nanoGPT (torch.compile)" if args.device == "cuda" else "nanoGPT"] = run_json(
             __file__, "--engine", "nanogpt", *forwarded
         )

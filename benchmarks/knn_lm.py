@@ -31,8 +31,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from mini_protocol import load_mini_protocol, perplexities  # noqa: E402
-from timing import machine  # noqa: E402
+from mini_protocol import load_mini_protocol, perplexities, smoke_run  # noqa: E402
+from timing import add_smoke, machine, smoke_folder, smoke_settings  # noqa: E402
 
 from keras_tfam.models import KNNLM  # noqa: E402
 from keras_tfam.retrieval import Datastore  # noqa: E402
@@ -89,8 +89,11 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--check-batches", type=int, default=8)
     parser.add_argument("--neighbours", help="an .npz to save the recorded neighbours to (or read them from)")
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), k=4, check_batches=1, neighbours=None)
     start = time.perf_counter()
+    if args.smoke:
+        args.run, args.data_dir = smoke_run(smoke_folder("knn_lm"))
 
     gpt2, _, splits = load_mini_protocol(args.run, args.data_dir)
     print(f"machine: {machine()}")

@@ -55,6 +55,40 @@ def write_checkpoint(directory, layers, hidden, vocabulary):
     return sum(p.numel() for p in model.parameters())
 
 
+def write_smoke_checkpoint(directory, layers, hidden, vocabulary):
+    """A random Llama of the shape `write_checkpoint` makes, written with NumPy (`--smoke`: no torch); its
+    parameter count."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    heads, groups, inner = hidden // 64, hidden // 256, int(hidden * 2.75)
+    config = {"model_type": "llama", "vocab_size": vocabulary, "hidden_size": hidden, "intermediate_size": inner}
+    config.update(num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=groups)
+    config.update(max_position_embeddings=2048, tie_word_embeddings=False, hidden_act="silu", rms_norm_eps=1e-6)
+    shapes = {"model.embed_tokens.weight": (vocabulary, hidden), "model.norm.weight": (hidden,)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for name, shape in (
+            ("self_attn.q_proj", (hidden, hidden)),
+            ("self_attn.k_proj", (groups * 64, hidden)),
+            ("self_attn.v_proj", (groups * 64, hidden)),
+            ("self_attn.o_proj", (hidden, hidden)),
+            ("mlp.gate_proj", (inner, hidden)),
+            ("mlp.up_proj", (inner, hidden)),
+            ("mlp.down_proj", (hidden, inner)),
+            ("input_layernorm", (hidden,)),
+            ("post_attention_layernorm", (hidden,)),
+        ):
+            shapes[f"{p}{name}.weight"] = shape
+    shapes["lm_head.weight"] = (vocabulary, hidden)
+    rng = np.random.default_rng(0)
+    tensors = {name: rng.normal(1.0 if len(s) == 1 else 0.0, 0.02, s).astype("f4") for name, s in shapes.items()}
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+    return sum(tensor.size for tensor in tensors.values())
+
+
 def prompts(batch, vocabulary):
     import numpy as np
 
@@ -127,17 +161,24 @@ def main():
     parser.add_argument("--json", default=None)
     parser.add_argument("--engine", choices=("ours", "transformers"), help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import add_smoke, cpu, skipped, smoke_settings
+
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), layers=1, hidden=256, vocabulary=512)
     if args.engine:
         run = run_ours if args.engine == "ours" else run_transformers
         print(json.dumps(run(args.directory, args.vocabulary)))
         return
+    engines = ("ours",) if args.smoke else ("ours", "transformers")
     with tempfile.TemporaryDirectory() as directory:
-        parameters = child_write(directory, args)
-        results = {engine: child(engine, directory, args.vocabulary) for engine in ("ours", "transformers")}
-    ours, peer = results["ours"], results["transformers"]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from timing import cpu
+        if args.smoke:
+            parameters = write_smoke_checkpoint(directory, args.layers, args.hidden, args.vocabulary)
+            skipped("transformers")
+        else:
+            parameters = child_write(directory, args)
+        results = {engine: child(engine, directory, args.vocabulary) for engine in engines}
+    ours, peer = results["ours"], results.get("transformers")
 
     print(f"machine: {cpu()}")
     print(f"checkpoint: Llama-shaped, {parameters / 1e6:.0f}M parameters, float32 shards; prompts {PROMPT}, new {NEW}")
@@ -151,9 +192,12 @@ def main():
         ("greedy tok/s, batch 8", "tokens_per_s_b8", True),
     ]
     for label, key, higher_is_better in rows:
+        if peer is None:
+            print(f"{label:28s}{ours[key]:12.2f}{'-':>14s}{'-':>8s}")
+            continue
         ratio = ours[key] / peer[key] if higher_is_better else peer[key] / ours[key]
         print(f"{label:28s}{ours[key]:12.2f}{peer[key]:14.2f}{ratio:7.2f}x")
-    for batch in (1, 8):
+    for batch in (1, 8) if peer else ():
         same = ours[f"tokens_b{batch}"] == peer[f"tokens_b{batch}"]
         print(f"same greedy tokens at batch {batch}: {same}")
     if args.json:

@@ -31,3 +31,48 @@ def perplexities(total_nll, tokens, words=None):
     if words is not None:
         result["word_perplexity"] = float(np.exp(total_nll / words))
     return result
+
+
+def smoke_run(folder, name="run", **flags):
+    """A `tfam train` run of a tiny GPT-2 for two steps on the first lines of WikiText-2, made in `folder` for
+    `--smoke` (`flags`, `{flag: value}`, on top of the tiny settings): `(run directory, data directory)`."""
+    import contextlib
+    import io
+    import os
+
+    from timing import small_wikitext
+
+    from pipelines.cli import main
+
+    data_dir = os.path.join(folder, "wikitext-2")
+    if not os.path.isdir(data_dir):
+        small_wikitext(data_dir)
+    run = os.path.join(folder, name)
+    settings = {
+        "data-dir": data_dir,
+        "train-split": "valid",
+        "eval-split": "test",
+        "num-layers": 1,
+        "hidden-dim": 32,
+        "num-heads": 2,
+        "sequence-length": 32,
+        "max-sequence-length": 128,  # the mini protocol's blocks
+        "context-length": 128,
+        "batch-size": 4,
+        "max-steps": 2,
+        "warmup-steps": 1,
+        "eval-every": 2,
+        "backup-every": 2,
+        "samples": 0,
+        "jit": "on",
+        "precision": "float32",
+        "out": run,
+        **flags,
+    }
+    argv = ["train", "--no-export", *(item for key, value in settings.items() for item in (f"--{key}", str(value)))]
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        code = main(argv)
+    if code:
+        raise SystemExit(f"tfam {' '.join(argv)} failed (exit code {code}):\n{output.getvalue()[-3000:]}")
+    return run, data_dir

@@ -40,6 +40,8 @@ from pipelines.config import PRECISIONS
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_TEXT = os.path.join(HERE, "..", "..", "shared", "data", "wikitext-2", "wiki.valid.tokens")
 RECIPE = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "dropout": 0.0}
+SMOKE_RECIPE = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "batch_size": 2, "dropout": 0.0}
+WARMUP = 20  # iterations not timed (compilation, then the first steps)
 
 
 def prepare(text_path, folder):
@@ -87,11 +89,13 @@ def run_nanogpt(checkout, python, workdir, iters, eval_iters):
     ).stdout
     times = [float(t) for t in re.findall(r"^iter \d+: loss [\d.]+, time ([\d.]+)ms", output, re.M)]
     val = float(re.findall(r"^step \d+: train loss [\d.]+, val loss ([\d.]+)", output, re.M)[-1])
-    seconds = statistics.median(times[20:]) / 1e3
+    seconds = statistics.median(times[WARMUP:]) / 1e3
     return {"tokens_per_s": RECIPE["batch_size"] * RECIPE["block_size"] / seconds, "val_loss": val}
 
 
-def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precision="auto"):
+def run_ours(
+    train, val, vocabulary_size, iters, eval_iters, jit="auto", precision="auto", recipe=RECIPE, warmup=WARMUP
+):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import time
@@ -104,14 +108,14 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precisi
     from pipelines.kernel_path import choose_kernel_path, describe, training_step_seconds, with_cpu_settings
     from pipelines.training import build_optimizer
 
-    batch, block = RECIPE["batch_size"], RECIPE["block_size"]
+    batch, block = recipe["batch_size"], recipe["block_size"]
 
     def build_model():
         return GPT2LM(
             vocabulary_size=vocabulary_size,
-            num_layers=RECIPE["n_layer"],
-            num_heads=RECIPE["n_head"],
-            hidden_dim=RECIPE["n_embd"],
+            num_layers=recipe["n_layer"],
+            num_heads=recipe["n_head"],
+            hidden_dim=recipe["n_embd"],
             max_sequence_length=block,
             dropout=0.0,
         )
@@ -161,7 +165,7 @@ def run_ours(train, val, vocabulary_size, iters, eval_iters, jit="auto", precisi
     vx, vy = windows(val, eval_iters * batch)
     val_loss = model.evaluate(vx, vy, batch_size=batch, verbose=0)
     return {
-        "tokens_per_s": batch * block / statistics.median(times[20:]),
+        "tokens_per_s": batch * block / statistics.median(times[warmup:]),
         "val_loss": float(val_loss),
         "kernel_path": describe(path),
         "measured_ms": path.get("measured_ms"),
@@ -187,17 +191,25 @@ def main():
         "--precision", choices=PRECISIONS, default="auto", help="our precision, as `tfam train --precision`"
     )
     parser.add_argument("--json", help="also write the results there (with the machine and the settings)")
-    args = parser.parse_args()
     sys.path.insert(0, HERE)
-    from timing import cpu
+    from timing import add_smoke, cpu, skipped, small_wikitext, smoke_folder, smoke_settings
 
-    workdir = tempfile.mkdtemp()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), iters=3, eval_iters=2)
+    workdir = smoke_folder("nanogpt_cpu") if args.smoke else tempfile.mkdtemp()
+    if args.smoke:  # the first lines of the validation split, a tiny model, a step timed
+        args.text = os.path.join(small_wikitext(os.path.join(workdir, "wikitext-2"), 40, 0), "wiki.valid.tokens")
     train, val, vocabulary_size = prepare(args.text, os.path.join(workdir, "data", "bench_char"))
     results = {}
-    if args.nanogpt:
+    if args.nanogpt and args.smoke:
+        skipped("nanoGPT")
+    elif args.nanogpt:
         results["nanoGPT"] = run_nanogpt(args.nanogpt, args.peers_python, workdir, args.iters, args.eval_iters)
         print(f"nanoGPT: {json.dumps(results['nanoGPT'])}", flush=True)
-    results["keras_tfam"] = run_ours(train, val, vocabulary_size, args.iters, args.eval_iters, args.jit, args.precision)
+    recipe, warmup = (SMOKE_RECIPE, 1) if args.smoke else (RECIPE, WARMUP)
+    results["keras_tfam"] = run_ours(
+        train, val, vocabulary_size, args.iters, args.eval_iters, args.jit, args.precision, recipe, warmup
+    )
     print(f"keras_tfam: {json.dumps(results['keras_tfam'])}", flush=True)
     print(
         f"\nmachine: {cpu()}; text {os.path.basename(args.text)} ({len(train) + len(val):,} characters, "

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from timing import machine  # noqa: E402
+from timing import SMOKE_SIZES, add_smoke, machine, small_wikitext, smoke_folder, smoke_settings  # noqa: E402
 
 from keras_tfam.models import GPT2LM, AttentionPoolingLM  # noqa: E402
 from pipelines.data.lm_stream import context_windows, lm_dataset, tokenize_lines  # noqa: E402
@@ -29,6 +29,7 @@ from pipelines.data.tokenizers import WordTokenizer  # noqa: E402
 from pipelines.data.wikitext import find_split, read_lines  # noqa: E402
 
 CONTEXT = 128
+SIZES = {"num_layers": 4, "num_heads": 4, "hidden_dim": 256}
 
 
 class Budget(keras.callbacks.Callback):
@@ -76,7 +77,11 @@ def main():
     parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "wikitext-2"))
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--eval-tokens", type=int, default=20000)
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), minutes=0.001, eval_tokens=64)
+    sizes = SMOKE_SIZES if args.smoke else SIZES
+    if args.smoke:
+        args.data_dir = small_wikitext(smoke_folder("pooling_vs_gpt2"))
     train_lines = read_lines(find_split(args.data_dir, "valid"))
     test_lines = read_lines(find_split(args.data_dir, "test"))
     tokenizer = WordTokenizer.train(train_lines)
@@ -92,7 +97,7 @@ def main():
     results = {}
 
     keras.utils.set_random_seed(0)
-    gpt2 = GPT2LM(vocabulary, num_layers=4, num_heads=4, hidden_dim=256, max_sequence_length=CONTEXT)
+    gpt2 = GPT2LM(vocabulary, **sizes, max_sequence_length=CONTEXT)
     compile_model(gpt2, 2000)
     data = lm_dataset(
         train_tokens, CONTEXT, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True
@@ -109,7 +114,7 @@ def main():
     results["GPT-2 decoder"] = (timer.steps, timer.steps * 16 * CONTEXT, nll_of_windows(gpt2, windows, targets, True))
 
     keras.utils.set_random_seed(0)
-    pooling = AttentionPoolingLM(vocabulary, context_length=CONTEXT, num_layers=4, num_heads=4, hidden_dim=256)
+    pooling = AttentionPoolingLM(vocabulary, context_length=CONTEXT, **sizes)
     compile_model(pooling, 2000)
     train_windows, train_targets = context_windows(train_tokens, CONTEXT, tokenizer.eos_id)
     stream = (

@@ -15,6 +15,7 @@ the acceptance rate of the drafts (both from the tokens: the drafter is determin
 plain decoding's tokens.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -23,7 +24,16 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import case_arguments, interleaved_processes, machine, median_seconds, run_json  # noqa: E402
+from timing import (  # noqa: E402
+    case_arguments,
+    interleaved_processes,
+    machine,
+    median_seconds,
+    run_json,
+    skipped,
+    smoke_folder,
+    tiny_gpt2_checkpoint,
+)
 
 DRAFTS = (2, 4, 8)
 CASES = [
@@ -92,23 +102,37 @@ def run_case(case, tokens, export_dir):
     return out
 
 
+def checkpoint_option(parser):
+    parser.add_argument("--checkpoint", default=CHECKPOINT, help=argparse.SUPPRESS)  # the weights every case loads
+
+
 def main():
-    args = case_arguments(__doc__.splitlines()[0], CASES, tokens=64, repeats=1, peers=True)
+    args = case_arguments(__doc__.splitlines()[0], CASES, tokens=64, repeats=1, peers=True, options=checkpoint_option)
     if args.case:
-        print(json.dumps(run_case(args.case, args.tokens, CHECKPOINT)))
+        print(json.dumps(run_case(args.case, args.tokens, args.checkpoint)))
         return
-    here = os.path.dirname(os.path.abspath(__file__))
-    run_json(os.path.join(here, "generate_vs_transformers.py"), "--engine", "write", "--checkpoint", CHECKPOINT,
-             python=args.peers_python)  # fmt: skip
-    ours = interleaved_processes(__file__, CASES[:4], args.repeats, "--tokens", args.tokens)
-    theirs = interleaved_processes(__file__, CASES[4:], args.repeats, "--tokens", args.tokens, python=args.peers_python)
-    results = {**ours, **theirs}
+    if args.smoke:  # a tiny GPT-2 of our own: plain decoding and one drafted case of ours
+        args.checkpoint = os.path.join(smoke_folder("prompt_lookup"), "gpt2")
+        tiny_gpt2_checkpoint(args.checkpoint)
+    else:
+        here = os.path.dirname(os.path.abspath(__file__))
+        run_json(os.path.join(here, "generate_vs_transformers.py"), "--engine", "write", "--checkpoint",
+                 args.checkpoint, python=args.peers_python)  # fmt: skip
+    arguments = ("--tokens", args.tokens, "--checkpoint", args.checkpoint)
+    if args.smoke:
+        skipped(", ".join(CASES[2:4]), "--smoke drafts 2 tokens only")
+        skipped(", ".join(CASES[4:]))
+        results = interleaved_processes(__file__, CASES[:2], args.repeats, *arguments, smoke=True)
+    else:
+        ours = interleaved_processes(__file__, CASES[:4], args.repeats, *arguments)
+        theirs = interleaved_processes(__file__, CASES[4:], args.repeats, *arguments, python=args.peers_python)
+        results = {**ours, **theirs}
     print(
         f"{machine()}; GPT-2 small, random weights; a 72-token prompt that repeats itself, {args.tokens} greedy tokens"
     )
     print("\n| case | batch | tok/s | vs plain | passes per token | drafts kept | plain's tokens |")
     print("|---|---:|---:|---:|---:|---:|---|")
-    for case in CASES:
+    for case in results:
         library = case.split("-")[0]
         best = max(results[case], key=lambda r: r["tokens_per_s"]["1"])
         plain = max(results[f"{library}-plain"], key=lambda r: r["tokens_per_s"]["1"])

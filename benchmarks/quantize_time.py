@@ -27,9 +27,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 CASES = ("keras_tfam", "keras_tfam, Keras' collection", "keras-hub")
 SHAPE = {"vocabulary_size": 50257, "num_layers": 12, "num_heads": 12, "hidden_dim": 768}
+SMOKE_SHAPE = {"vocabulary_size": 256, "num_layers": 1, "num_heads": 2, "hidden_dim": 32}
+SMOKE_CASES = ("keras_tfam", "keras-hub")  # --smoke: one process per model (the second case patches the first's)
 
 
-def quantize_seconds(case):
+def quantize_seconds(case, shape=SHAPE):
     import keras
     import keras_hub
 
@@ -38,14 +40,14 @@ def quantize_seconds(case):
 
     if case == "keras-hub":
         backbone = keras_hub.models.GPT2Backbone(
-            **SHAPE, intermediate_dim=4 * SHAPE["hidden_dim"], max_sequence_length=1024, dropout=0.0
+            **shape, intermediate_dim=4 * shape["hidden_dim"], max_sequence_length=1024, dropout=0.0
         )
         model = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
         model({"token_ids": keras.ops.zeros((1, 4), "int32"), "padding_mask": keras.ops.ones((1, 4), "bool")})
     else:
         if case == "keras_tfam, Keras' collection":
             FreesDeletedVariables.__delattr__ = keras.layers.Layer.__delattr__
-        model = GPT2LM(**SHAPE, max_sequence_length=1024)
+        model = GPT2LM(**shape, max_sequence_length=1024)
         model(keras.ops.zeros((1, 4), "int32"))
     start = time.perf_counter()
     model.quantize("int8")
@@ -56,19 +58,23 @@ def main():
     import keras_tfam
 
     keras_tfam.cpu.configure()  # pooled tensor memory, as `tfam` runs
-    from timing import case_arguments, cpu, interleaved_processes
+    from timing import case_arguments, cpu, interleaved_processes, skipped
 
     args = case_arguments(__doc__.splitlines()[0], CASES, repeats=3)
     if args.case:
-        print(json.dumps({"seconds": quantize_seconds(args.case)}))
+        print(json.dumps({"seconds": quantize_seconds(args.case, SMOKE_SHAPE if args.smoke else SHAPE)}))
         return
-    runs = interleaved_processes(__file__, CASES, args.repeats)
+    cases = SMOKE_CASES if args.smoke else CASES
+    for case in CASES:
+        if case not in cases:
+            skipped(case, "--smoke runs one process per model")
+    runs = interleaved_processes(__file__, cases, args.repeats, smoke=args.smoke)
     best = {case: min(run["seconds"] for run in results) for case, results in runs.items()}
     print(f"machine: {cpu()}")
     print(f"GPT-2 small (random), model.quantize('int8'), best of {args.repeats} processes per case")
     print("| model | seconds | vs keras_tfam |")
     print("|---|---:|---:|")
-    for case in CASES:
+    for case in cases:
         print(f"| {case} | {best[case]:.2f} | {best[case] / best['keras_tfam']:.1f}x |")
 
 

@@ -59,12 +59,12 @@ def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_generate(precision, new):
+def run_generate(precision, new, sizes):
     import numpy as np
 
     from keras_tfam.models import GPT2LM
 
-    model = with_precision(lambda dtype: GPT2LM.from_preset("gpt2_small", dtype=dtype), precision)
+    model = with_precision(lambda dtype: GPT2LM.from_preset("gpt2_small", dtype=dtype, **sizes), precision)
     result = {"precision": precision, "weight_bytes": weight_bytes(model)}
     for batch in (1, 8):
         prompts = np.random.default_rng(batch).integers(0, 50257, (batch, 32)).astype("int32")
@@ -91,21 +91,19 @@ def characters(data):
     return encode(train), encode(test), len(index) + 1
 
 
-def tiny(vocabulary, dtype=None):
+def tiny(vocabulary, dtype=None, sizes=None):
     from keras_tfam.models import GPT2LM
 
     return GPT2LM(
         vocabulary_size=vocabulary,
-        num_layers=4,
-        num_heads=4,
-        hidden_dim=128,
+        **(sizes or {"num_layers": 4, "num_heads": 4, "hidden_dim": 128}),
         max_sequence_length=128,
         position="rotary",
         dtype=dtype,
     )
 
 
-def run_perplexity(data, steps, path):
+def run_perplexity(data, steps, path, sizes=None):
     """Trains the tiny model once (saved to `path`), then scores the test split in each precision."""
     import keras
     import numpy as np
@@ -113,7 +111,7 @@ def run_perplexity(data, steps, path):
     train, test, vocabulary = characters(data)
     keras.utils.set_random_seed(0)
     if not os.path.isfile(path):
-        model = tiny(vocabulary)
+        model = tiny(vocabulary, sizes=sizes)
         model.compile(keras.optimizers.AdamW(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         starts = np.random.default_rng(0).integers(0, len(train) - 129, steps * 32)
         windows = np.stack([train[s : s + 129] for s in starts])
@@ -125,7 +123,7 @@ def run_perplexity(data, steps, path):
     for precision in PRECISIONS:
 
         def build(dtype, precision=precision):
-            model = tiny(vocabulary, dtype)
+            model = tiny(vocabulary, dtype, sizes)
             if dtype is None:
                 model.load_weights(path)
             return model
@@ -159,17 +157,26 @@ def main():
     parser.add_argument("--child", choices=("generate", "perplexity"), help=argparse.SUPPRESS)
     parser.add_argument("--precision", choices=PRECISIONS, help=argparse.SUPPRESS)
     parser.add_argument("--weights", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    sys.path.insert(0, HERE)
+    from timing import SMOKE_SIZES, add_smoke, machine, skipped, small_wikitext, smoke_folder, smoke_settings
+
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), new=4, train_steps=2)
+    sizes = SMOKE_SIZES if args.smoke else None
     if args.child == "generate":
-        print(json.dumps(run_generate(args.precision, args.new)))
+        print(json.dumps(run_generate(args.precision, args.new, sizes or {})))
         return
     if args.child == "perplexity":
-        print(json.dumps(run_perplexity(args.data, args.train_steps, args.weights)))
+        print(json.dumps(run_perplexity(args.data, args.train_steps, args.weights, sizes)))
         return
-    sys.path.insert(0, HERE)
-    from timing import machine
-
-    generated = {p: child("--child", "generate", "--precision", p, "--new", str(args.new)) for p in PRECISIONS}
+    smoke = ["--smoke"] if args.smoke else []
+    if args.smoke:  # the perplexity process still runs every precision
+        args.data = small_wikitext(os.path.join(smoke_folder("quantized_generate"), "wikitext-2"))
+        skipped("decoding in " + ", ".join(PRECISIONS[1:]), "--smoke decodes in float32 only")
+    generated = {
+        p: child("--child", "generate", "--precision", p, "--new", str(args.new), *smoke)
+        for p in (PRECISIONS[:1] if args.smoke else PRECISIONS)
+    }
     with tempfile.TemporaryDirectory() as folder:
         quality = child(
             "--child",
@@ -180,6 +187,7 @@ def main():
             str(args.train_steps),
             "--weights",
             os.path.join(folder, "tiny.weights.h5"),
+            *smoke,
         )
     print(f"machine: {machine()}")
     print(f"GPT-2 small (random weights), prompts 32, {args.new} new tokens; tiny char model {args.train_steps} steps")
@@ -189,11 +197,16 @@ def main():
     )
     base = generated["float32"]
     for p in PRECISIONS:
-        g, q = generated[p], quality[p]
-        print(
-            f"{p:10s}{g['weight_bytes'] / 2**20:12.1f}{g['peak_mb']:10.0f}{g['tokens_per_s_b1']:10.2f}"
+        g, q = generated.get(p), quality[p]
+        decoding = (
+            f"{g['weight_bytes'] / 2**20:12.1f}{g['peak_mb']:10.0f}{g['tokens_per_s_b1']:10.2f}"
             f"{g['tokens_per_s_b1'] / base['tokens_per_s_b1']:6.2f}x{g['tokens_per_s_b8']:10.2f}"
-            f"{g['tokens_per_s_b8'] / base['tokens_per_s_b8']:6.2f}x{q['bits_per_character']:11.4f}"
+            f"{g['tokens_per_s_b8'] / base['tokens_per_s_b8']:6.2f}x"
+            if g
+            else f"{'-':>12s}{'-':>10s}{'-':>10s}{'-':>7s}{'-':>10s}{'-':>7s}"  # not decoded (--smoke)
+        )
+        print(
+            f"{p:10s}{decoding}{q['bits_per_character']:11.4f}"
             f"{100 * (q['bits_per_character'] / quality['float32']['bits_per_character'] - 1):+8.2f}%"
         )
     if args.json:

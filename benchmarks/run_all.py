@@ -206,11 +206,12 @@ def main():
         default=os.path.normpath(os.path.join(HERE, "..", "BENCHMARKS.md")),
         help="the file to write (default: %(default)s)",
     )
-    args = parser.parse_args()
     sys.path.insert(0, HERE)
-    from timing import cpu
+    from timing import add_smoke, cpu, smoke_folder
 
-    folder = args.source or args.out or tempfile.mkdtemp(prefix="run_all-")
+    add_smoke(parser)  # each comparison's own --smoke, nanoGPT's recipe without nanoGPT; the tables printed only
+    args = parser.parse_args()
+    folder = args.source or (smoke_folder("run_all") if args.smoke else args.out or tempfile.mkdtemp(prefix="run_all-"))
     if not args.source:
         os.makedirs(folder, exist_ok=True)
     runs = {}
@@ -226,9 +227,12 @@ def main():
             parser.error(f"--from: no decoding.json or training.json in {folder!r}")
     else:
         peers = ["--peers-python", args.peers_python] if args.peers_python else []
+        peers = ["--smoke"] if args.smoke else peers  # the peers do not run under --smoke
         if "decoding" in args.only:
             runs["decoding"] = run_script(COMPARISONS["decoding"][0], os.path.join(folder, "decoding.json"), *peers)
-        if "training" in args.only and args.nanogpt:
+        if "training" in args.only and args.smoke:  # our side of nanoGPT's recipe, without a checkout
+            runs["training"] = run_script(COMPARISONS["training"][0], os.path.join(folder, "training.json"), *peers)
+        elif "training" in args.only and args.nanogpt:
             runs["training"] = run_script(
                 COMPARISONS["training"][0], os.path.join(folder, "training.json"), "--nanogpt", args.nanogpt, *peers
             )
@@ -243,11 +247,15 @@ def main():
     command = "python benchmarks/run_all.py --peers-python .venv-peers/bin/python"
     command += " --nanogpt NANOGPT" if "training" in runs else ""
     command += f" --only {' '.join(runs)}" if len(runs) < len(COMPARISONS) else ""
-    parts = earlier_parts(args.benchmarks_md, machine)
+    command += " --smoke" if args.smoke else ""
+    parts = {} if args.smoke else earlier_parts(args.benchmarks_md, machine)
     for name, result_file in runs.items():
         if args.source:  # say how the table was made: the script run on its own, then written from its JSON
             command = f"benchmarks/{COMPARISONS[name][0]} --json`, written by `python benchmarks/run_all.py --from DIR"
         parts[name] = comparison_part(name, result_file, command)
+    if args.smoke:
+        print(f"\n{machine_block(machine, parts)}\n\n--smoke: {os.path.relpath(args.benchmarks_md)} not written")
+        return
     write_block(args.benchmarks_md, machine, machine_block(machine, parts))
     print(f"\n{machine}: {', '.join(runs)} written into {os.path.relpath(args.benchmarks_md)} (JSON in {folder})")
 

@@ -15,6 +15,7 @@ Each case runs in a fresh process, the library's and the served ones alternating
 Prints one table per precision with the ratios served / library, and the JSON of every case.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -24,24 +25,33 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import case_arguments, interleaved_processes, machine, median_seconds  # noqa: E402
+from timing import (  # noqa: E402
+    SMOKE_SIZES,
+    case_arguments,
+    interleaved_processes,
+    machine,
+    median_seconds,
+    skipped,
+    smoke_folder,
+)
 
 PROMPT = 32
 BATCHES = (1, 8)
 PRECISIONS = ("float32", "int8")
+EXPORTS = os.path.join(tempfile.gettempdir(), "keras_tfam_served_generate")  # kept for the next run
 
 
 def prompts(batch):
     return np.random.default_rng(0).integers(0, 50257, (batch, PROMPT)).astype(np.int32)
 
 
-def library(precision, tokens, export_dir):
+def library(precision, tokens, export_dir, sizes):
     from timing import gpt2_small
 
     import keras_tfam.cpu
 
     keras_tfam.cpu.configure()
-    model = gpt2_small(precision)
+    model = gpt2_small(precision, **sizes)
     out = {"tokens_per_s": {}, "tokens": {}}
     for batch in BATCHES:
         ids = prompts(batch)
@@ -119,18 +129,30 @@ def served(precision, tokens, export_dir):
     return out
 
 
+def export_option(parser):
+    parser.add_argument("--exports", default=EXPORTS, help=argparse.SUPPRESS)  # where the library's cases export
+
+
 def main():
     cases = [f"{side}-{p}" for p in PRECISIONS for side in ("library", "served")]
-    args = case_arguments(__doc__.splitlines()[0], cases, tokens=64, repeats=1)
-    export_dir = os.path.join(tempfile.gettempdir(), "keras_tfam_served_generate")
+    args = case_arguments(__doc__.splitlines()[0], cases, tokens=64, repeats=1, options=export_option)
     if args.case:
         side, precision = args.case.split("-")
-        result = (library if side == "library" else served)(precision, args.tokens, export_dir)
+        if side == "library":
+            result = library(precision, args.tokens, args.exports, SMOKE_SIZES if args.smoke else {})
+        else:
+            result = served(precision, args.tokens, args.exports)
         print(json.dumps(result))
         return
-    results = interleaved_processes(os.path.abspath(__file__), cases, args.repeats, "--tokens", args.tokens)
+    precisions = PRECISIONS[:1] if args.smoke else PRECISIONS
+    if args.smoke:  # a tiny model's export, in a folder of its own
+        args.exports = smoke_folder("served_generate")
+        skipped(", ".join(f"{side}-{p}" for p in PRECISIONS[1:] for side in ("library", "served")), "--smoke: float32")
+    cases = [case for case in cases if case.split("-")[1] in precisions]
+    arguments = ("--tokens", args.tokens, "--exports", args.exports)
+    results = interleaved_processes(os.path.abspath(__file__), cases, args.repeats, *arguments, smoke=args.smoke)
     print(f"{machine()}; GPT-2 small, random weights, {PROMPT}-token prompts, {args.tokens} greedy new tokens")
-    for precision in PRECISIONS:
+    for precision in precisions:
         ours = max(results[f"library-{precision}"], key=lambda r: r["tokens_per_s"]["1"])
         theirs = max(results[f"served-{precision}"], key=lambda r: r["tokens_per_s"]["1"])
         print(f"\n| {precision} | library tok/s | served tok/s | served / library | same tokens |")

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import machine  # noqa: E402
+from timing import add_smoke, machine, skipped, smoke_folder, smoke_settings  # noqa: E402
 
 PROMPT_LENGTH, BATCH = 32, 4
 
@@ -42,8 +42,9 @@ def parse_args():
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per case; the median counts")
     parser.add_argument("--peers-python", help="the Python of transformers (none: ours only)")
     parser.add_argument("--transformers", help=argparse.SUPPRESS)  # a JSON request: the peers' process
-    args = parser.parse_args()
-    if not args.transformers and not (args.target and args.draft and args.data_dir):
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), ks=[2], tokens=4, prompts=BATCH, repeats=1)
+    if not args.transformers and not args.smoke and not (args.target and args.draft and args.data_dir):
         parser.error("--target, --draft and --data-dir are required")
     if args.prompts % BATCH or min(args.ks + [args.tokens, args.prompts, args.repeats]) < 1:
         parser.error(f"--prompts must be a positive multiple of {BATCH}, the counts positive. Received: {vars(args)}")
@@ -173,6 +174,14 @@ def main():
         with open(args.transformers) as f:
             print(json.dumps(transformers_process(json.load(f))))
         return
+    if args.smoke:  # a tiny target of two layers and a draft of one, with the same tokenizer
+        from mini_protocol import smoke_run
+
+        folder = smoke_folder("speculative")
+        args.target, args.data_dir = smoke_run(folder, "target", **{"num-layers": 2})
+        args.draft, _ = smoke_run(folder, "draft", **{"hidden-dim": 16})
+        skipped("transformers")
+        args.peers_python = None
     target, draft, results = ours(args)
     theirs = None
     if args.peers_python:

@@ -8,6 +8,93 @@ import subprocess
 import sys
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+WIKITEXT2 = os.path.join(HERE, "..", "..", "shared", "data", "wikitext-2")
+SMOKE_HELP = "a tiny model and a few steps, the library's side only: checks the script runs; its figures mean nothing"
+SMOKE_SKIP = "--smoke runs the library's side only"
+SMOKE_TOKENS = 4  # new tokens per generation under --smoke
+SMOKE_SIZES = {"num_layers": 1, "num_heads": 2, "hidden_dim": 32}  # the model under --smoke
+
+
+def add_smoke(parser):
+    """Adds `--smoke` (`SMOKE_HELP`) to the argparse `parser`."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+
+
+def smoke_settings(args, **settings):
+    """`args` (an argparse namespace) with `settings` in place of its options where `args.smoke` is on: the
+    smallest model, lengths, steps and repeats that still run every part of the script."""
+    if args.smoke:
+        vars(args).update(settings)
+    return args
+
+
+def skipped(name, reason=SMOKE_SKIP):
+    """Says that a case or peer did not run, and why."""
+    print(f"{name}: skipped ({reason})", flush=True)
+
+
+def smoke_folder(prefix):
+    """A new temporary folder for what a `--smoke` run writes, removed when the process ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=f"{prefix}-smoke-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def small_wikitext(folder, valid_lines=200, test_lines=80):
+    """A WikiText-2 folder made in `folder` of the first lines of the shared validation and test splits (for
+    `--smoke`); its path."""
+    os.makedirs(folder, exist_ok=True)
+    for split, count in (("valid", valid_lines), ("test", test_lines)):
+        with open(os.path.join(WIKITEXT2, f"wiki.{split}.tokens"), encoding="utf-8") as f:
+            lines = f.read().split("\n")[:count]
+        with open(os.path.join(folder, f"wiki.{split}.tokens"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return folder
+
+
+def tiny_gpt2_checkpoint(directory, vocabulary=50257, positions=128, width=16, layers=1, heads=2):
+    """A GPT-2 of these sizes with random weights as a Hugging Face directory (`config.json`, `model.safetensors`),
+    written with NumPy: what `--smoke` decodes in place of the GPT-2 small that transformers writes."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    shapes = {"wte.weight": (vocabulary, width), "wpe.weight": (positions, width)}
+    for i in range(layers):
+        for name, shape in (
+            ("ln_1.weight", (width,)),
+            ("attn.c_attn.weight", (width, 3 * width)),
+            ("attn.c_proj.weight", (width, width)),
+            ("ln_2.weight", (width,)),
+            ("mlp.c_fc.weight", (width, 4 * width)),
+            ("mlp.c_proj.weight", (4 * width, width)),
+        ):
+            shapes[f"h.{i}.{name}"] = shape
+            shapes[f"h.{i}.{name.replace('weight', 'bias')}"] = shape[-1:]
+    shapes.update({"ln_f.weight": (width,), "ln_f.bias": (width,)})
+    rng = np.random.default_rng(0)
+    norms = ("ln_1.weight", "ln_2.weight", "ln_f.weight")
+    tensors = {
+        f"transformer.{name}": (np.ones(shape) if name.endswith(norms) else rng.normal(0.0, 0.02, shape)).astype("f4")
+        for name, shape in shapes.items()
+    }
+    os.makedirs(directory, exist_ok=True)
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+    config = {
+        "model_type": "gpt2",
+        "vocab_size": vocabulary,
+        "n_positions": positions,
+        "n_embd": width,
+        "n_layer": layers,
+        "n_head": heads,
+    }
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
 
 def run_json(script, *arguments, cwd=None, python=None, timeout=None):
     """Runs `python script *arguments` in a fresh process (a peer or a precision of its own: torch and
@@ -29,10 +116,11 @@ def run_json(script, *arguments, cwd=None, python=None, timeout=None):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def interleaved_processes(script, cases, repeats, *arguments, python=None):
+def interleaved_processes(script, cases, repeats, *arguments, python=None, smoke=False):
     """`{case: [result, ...]}`: `script --case CASE *arguments` run `repeats` times per case, each in a fresh
     process (`run_json`, with `python` if given), the cases alternating so that the machine's drift hits every
-    case alike."""
+    case alike; with `smoke`, `--smoke` too."""
+    arguments = (*arguments, "--smoke") if smoke else arguments
     results = {case: [] for case in cases}
     for _ in range(repeats):
         for case in cases:
@@ -40,13 +128,14 @@ def interleaved_processes(script, cases, repeats, *arguments, python=None):
     return results
 
 
-def case_arguments(description, cases, tokens=None, repeats=2, peers=False):
+def case_arguments(description, cases, tokens=None, repeats=2, peers=False, options=None):
     """The options of a script that measures `cases` in fresh alternating processes (`interleaved_processes`):
     `--repeats` (processes per case, default `repeats`; the best counts), `--tokens` (new tokens per
     generation, default `tokens`; only where `tokens` is given), `--peers-python` (with `peers`: the Python of
-    the peers' cases, default this one) and the hidden `--case` that one such process
-    measures, the counts checked positive. In a `--case` process, Keras' warning for each layer without a
-    `quantize` (norms, dropout) is silenced."""
+    the peers' cases, default this one), `--smoke` (one process per case, `SMOKE_TOKENS` new tokens) and the
+    hidden `--case` that one such process measures, the counts checked positive; `options(parser)`, if given,
+    adds the script's own. In a `--case` process, Keras' warning for each layer without a `quantize` (norms,
+    dropout) is silenced."""
     import argparse
     import warnings
 
@@ -60,8 +149,12 @@ def case_arguments(description, cases, tokens=None, repeats=2, peers=False):
         parser.add_argument(
             "--peers-python", default=sys.executable, help="the Python of the peers (default: this one)"
         )
+    add_smoke(parser)
+    if options is not None:
+        options(parser)
     parser.add_argument("--case", choices=cases, help=argparse.SUPPRESS)  # one measurement, in this process
     args = parser.parse_args()
+    smoke_settings(args, repeats=1, **({"tokens": SMOKE_TOKENS} if tokens is not None else {}))
     for name in counts:
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive integer. Received: {getattr(args, name)}")
@@ -146,16 +239,16 @@ def machine():
     return cpu() + (f", {device}" if device else ", no GPU") + f", TF {tf.__version__}"
 
 
-def gpt2_small(precision="float32"):
+def gpt2_small(precision="float32", **sizes):
     """GPT-2 small with random weights (seed 0) at `precision`: float32, bfloat16 or float16 weights
-    (`keras_tfam.generation.with_dtype`), or int8 (Keras' `quantize("int8")`)."""
+    (`keras_tfam.generation.with_dtype`), or int8 (Keras' `quantize("int8")`); `sizes` in place of its own."""
     import keras
 
     from keras_tfam.generation import with_dtype
     from keras_tfam.models import GPT2LM
 
     keras.utils.set_random_seed(0)
-    model = GPT2LM.from_preset("gpt2_small")
+    model = GPT2LM.from_preset("gpt2_small", **sizes)
     if precision in ("bfloat16", "float16"):
         model = with_dtype(model, precision)
     elif precision == "int8":

@@ -21,12 +21,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
-from timing import machine  # noqa: E402
+from timing import add_smoke, machine, small_wikitext, smoke_settings  # noqa: E402
 
 from pipelines.callbacks import ThroughputMonitor  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.data.lm_stream import lm_dataset  # noqa: E402
 from pipelines.data.tokenizers import load_tokenizer  # noqa: E402
+from pipelines.run_data import cached_tokens, split_text  # noqa: E402
 from pipelines.training import build_optimizer, train  # noqa: E402
 
 
@@ -37,9 +38,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "wikitext-2"))
     parser.add_argument("--steps", type=int, default=60)
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), steps=6)
     run = tempfile.mkdtemp(prefix="tfam-bench-")
+    # gpt2_tiny's sizes (4 x 256, 4 heads, 16 x 128 tokens per step); a tiny model under --smoke.
+    layers, heads, width, batch, length = (1, 2, 32, 4, 32) if args.smoke else (4, 4, 256, 16, 128)
+    smoke = dict(num_layers=layers, num_heads=heads, hidden_dim=width, batch_size=batch, sequence_length=length)
+    smoke.update(export=False, jit="on", precision="float32")
     try:
+        if args.smoke:
+            args.data_dir = small_wikitext(os.path.join(run, "wikitext-2"))
         config = load_config(
             "gpt2_tiny",
             {
@@ -51,7 +59,8 @@ def main():
                 "backup_every": args.steps // 3,
                 "samples": 0,
                 "dropout": 0.0,
-                "out": run,
+                "out": os.path.join(run, "run") if args.smoke else run,
+                **(smoke if args.smoke else {}),
             },
         )
         summary = train(config)
@@ -59,16 +68,18 @@ def main():
 
         import numpy as np
 
-        tokenizer = load_tokenizer(os.path.join(run, "tokenizer"))
-        tokens = np.load(os.path.join(run, "cache", "valid.npy"))
-        data = lm_dataset(tokens, 128, 16, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True)
+        tokenizer = load_tokenizer(os.path.join(config.out, "tokenizer"))
+        tokens = cached_tokens(config.out, tokenizer, split_text(config, "valid"), "valid")  # the run's cache
+        data = lm_dataset(
+            tokens, length, batch, tokenizer.eos_id, shuffle=True, seed=0, drop_remainder=True, repeat=True
+        )
         keras.utils.set_random_seed(0)
         backbone = keras_hub.models.GPT2Backbone(
             vocabulary_size=tokenizer.vocabulary_size,
-            num_layers=4,
-            num_heads=4,
-            hidden_dim=256,
-            intermediate_dim=1024,
+            num_layers=layers,
+            num_heads=heads,
+            hidden_dim=width,
+            intermediate_dim=4 * width,
             max_sequence_length=512,
             dropout=0.0,
         )
@@ -78,15 +89,15 @@ def main():
         theirs.compile(
             build_optimizer(config), keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True
         )
-        monitor = ThroughputMonitor(16 * 128)
+        monitor = ThroughputMonitor(batch * length)
         theirs.fit(data, steps_per_epoch=args.steps // 3, epochs=3, shuffle=False, callbacks=[monitor], verbose=0)
         keras_hub_rate = float(np.median(monitor.rates))
     finally:
         shutil.rmtree(run, ignore_errors=True)
     print(f"machine: {machine()}")
     print(
-        f"gpt2_tiny (4 x 256, vocab {tokenizer.vocabulary_size}), 16 x 128 tokens/step, {args.steps} steps, "
-        "float32, XLA"
+        f"gpt2_tiny ({layers} x {width}, vocab {tokenizer.vocabulary_size}), {batch} x {length} tokens/step, "
+        f"{args.steps} steps, float32, XLA"
     )
     print(
         f"tfam train {ours:8.0f} tok/s   keras-hub GPT2Backbone fit {keras_hub_rate:8.0f} tok/s   "

@@ -23,7 +23,7 @@ import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from timing import machine, median_seconds  # noqa: E402
+from timing import add_smoke, machine, median_seconds, smoke_settings  # noqa: E402
 
 from keras_tfam.models import GPT2LM  # noqa: E402
 
@@ -106,13 +106,14 @@ def main():
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), batch=2, length=8, steps=5)
     keras.utils.set_random_seed(0)
-    vocab, layers, width = 8192, 4, 256
+    vocab, layers, heads, width = (128, 1, 2, 16) if args.smoke else (8192, 4, 4, 256)
     backbone = keras_hub.models.GPT2Backbone(
         vocabulary_size=vocab,
         num_layers=layers,
-        num_heads=4,
+        num_heads=heads,
         hidden_dim=width,
         intermediate_dim=4 * width,
         max_sequence_length=512,
@@ -125,13 +126,14 @@ def main():
     stream = np.random.default_rng(0).integers(0, vocab, size=(args.batch * args.steps, args.length + 1))
     x, y = stream[:, :-1].astype("int32"), stream[:, 1:].astype("int32")
 
-    peak = matmul_peak()
+    size = 64 if args.smoke else 2048
+    peak = matmul_peak(size)
     matmul_params = ours.count_params() - 512 * width  # the position table is a lookup
     flops_per_token = 6 * matmul_params + 12 * layers * args.length * width
     print(f"machine: {machine()}")
     print(f"config: {layers} layers, width {width}, vocab {vocab}; batch {args.batch} x {args.length}, AdamW, jit")
-    print(f"float32 matmul peak (2048^3, same run): {peak:.1f} GFLOP/s")
-    floor = args.batch * args.length / matmul_floor_seconds(args.batch, args.length, width, layers, 4, vocab)
+    print(f"float32 matmul peak ({size}^3, same run): {peak:.1f} GFLOP/s")
+    floor = args.batch * args.length / matmul_floor_seconds(args.batch, args.length, width, layers, heads, vocab)
     gflops = floor * flops_per_token / 1e9
     print(
         f"{'matmuls only':10}  {floor:9.0f} tokens/s  {gflops:6.1f} GFLOP/s  "

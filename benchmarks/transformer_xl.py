@@ -31,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from timing import machine  # noqa: E402
+from timing import SMOKE_SIZES, add_smoke, machine, small_wikitext, smoke_folder, smoke_settings  # noqa: E402
 
 from keras_tfam.models import TransformerXLLM  # noqa: E402
 from pipelines.data.lm_stream import context_windows, stateful_lm_dataset, tokenize_lines  # noqa: E402
@@ -64,10 +64,10 @@ class Budget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def train(vocabulary, tokens, eos, memory, segment, seconds, snapshot_at=None):
+def train(vocabulary, tokens, eos, memory, segment, seconds, snapshot_at=None, **sizes):
     keras.utils.set_random_seed(0)
     model = TransformerXLLM.from_preset(
-        "transformer_xl_tiny", vocabulary_size=vocabulary, memory_length=memory, context_length=segment
+        "transformer_xl_tiny", vocabulary_size=vocabulary, memory_length=memory, context_length=segment, **sizes
     )
     model.build((BATCH, segment))
     schedule = keras.optimizers.schedules.CosineDecay(0.0, 2000, warmup_target=1e-3, warmup_steps=100, alpha=0.1)
@@ -126,7 +126,11 @@ def main():
     parser.add_argument("--segment", type=int, default=32)
     parser.add_argument("--memory", type=int, default=64)
     parser.add_argument("--window-tokens", type=int, default=1024)
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = smoke_settings(parser.parse_args(), minutes=0.001, segment=8, memory=8, window_tokens=128)
+    sizes = SMOKE_SIZES if args.smoke else {}
+    if args.smoke:
+        args.data_dir = small_wikitext(smoke_folder("transformer_xl"))
     train_lines = read_lines(find_split(args.data_dir, "valid"))
     test_lines = read_lines(find_split(args.data_dir, "test"))
     tokenizer = WordTokenizer.train(train_lines)
@@ -151,11 +155,11 @@ def main():
 
     # The same wall-clock budget for both; the model without memory (faster per
     # step) is also evaluated at the step count the model with memory reached.
-    model, steps, _ = train(vocabulary, train_tokens, eos, args.memory, args.segment, args.minutes * 60)
+    model, steps, _ = train(vocabulary, train_tokens, eos, args.memory, args.segment, args.minutes * 60, **sizes)
     nll_memory, count_memory, seconds_memory = evaluate_with_memory(model, test_tokens, eos, args.segment)
     report(f"memory {args.memory:4}, {args.minutes} min", steps, (nll_memory, count_memory, seconds_memory))
     reference, reference_steps, snapshot = train(
-        vocabulary, train_tokens, eos, 0, args.segment, args.minutes * 60, snapshot_at=steps
+        vocabulary, train_tokens, eos, 0, args.segment, args.minutes * 60, snapshot_at=steps, **sizes
     )
     report(
         f"memory    0, {args.minutes} min",

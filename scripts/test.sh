@@ -2,8 +2,8 @@
 # Creates (or reuses) .venv, installs keras_tfam with its test and torch extras, runs the tests: the
 # whole suite on TensorFlow, then the backend-neutral library (layer harness, ops, losses, generation,
 # GPT-2 cached == uncached, Hugging Face parity) again on JAX; beside them, in a second lane, the
-# training tests and then the layer and decoding-model harnesses and the losses on PyTorch. Arguments
-# go to a single pytest run instead.
+# training tests, the layer and decoding-model harnesses and the losses on PyTorch, and each maintained
+# benchmark script in its smoke mode (the short ones). Arguments go to a single pytest run instead.
 # Two pytest workers, a test file each at a time: the tests mostly trace and compile on one core. Files are
 # queued longest first (tests/conftest.py) so that no worker ends idle behind a long file.
 # pytest exits non-zero when it fails or collects no test, and so does this script (after every lane).
@@ -38,7 +38,11 @@ second_lane_log=$(mktemp)
     tests/models/test_decoding_models.py tests/generation/test_samplers.py tests/generation/test_processors.py \
     tests/generation/test_processors_vs_transformers.py tests/losses
   torch=$?
-  exit $(( training != 0 || torch != 0 ))
+  echo "== the benchmark scripts on a tiny model (--smoke; the long ones: bash scripts/test.sh -m benchmarks tests/benchmarks)"
+  XLA_FLAGS="$O0" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q \
+    -p no:xdist --durations=10 -m "benchmarks and not long_smoke" tests/benchmarks
+  benchmarks=$?
+  exit $(( training != 0 || torch != 0 || benchmarks != 0 ))
 ) > "$second_lane_log" 2>&1 &
 second_lane=$!
 # Stopped early (a signal, an error of this script): the second lane's pytest stops too.
@@ -50,7 +54,7 @@ status=0
 echo "== TensorFlow: everything but the training tests"
 # One thread per op pool: two workers and the training lane already fill the cores (subprocesses inherit it).
 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 XLA_FLAGS="$O0" .venv/bin/python -m pytest -q -n 2 --dist loadfile \
-  --no-loadscope-reorder --durations=15 -m "not training" || status=1
+  --no-loadscope-reorder --durations=15 -m "not training and not benchmarks" || status=1
 echo "== the library on the JAX backend"
 # What tests/conftest.py marks `every_backend` (layer harness, ops, losses, generation, attention contract, GPT-2,
 # Hugging Face parity), again on JAX.
