@@ -12,11 +12,11 @@ import numpy as np
 from keras import ops
 
 from keras_tfam.engine import PLAIN
-from keras_tfam.generation.decoding import DecodingLoop, decoding_variables
+from keras_tfam.generation.decoding import DecodingLoop
 from keras_tfam.generation.prompts import pack_prompts
 from keras_tfam.generation.protocol import DecodingModel, check_protocol
 from keras_tfam.generation.requests import prepare_request
-from keras_tfam.generation.speculative import DraftedDecodingLoop, DraftModel
+from keras_tfam.generation.speculative import DraftedDecodingLoop, drafting_variables
 from keras_tfam.utils import check_positive_int, static_dim
 
 # Compiled decoding loops a generator keeps (the least recently used goes first).
@@ -284,10 +284,7 @@ class Generator:
         # The rows a step multiplies: every hypothesis, times the positions a drafted step verifies.
         rows = request.padded.shape[0] * search.beam_size * (1 if drafter is None else drafter.num_tokens + 1)
 
-        variables = decoding_variables(model)
-        if isinstance(drafter, DraftModel):  # its variables once (a self-speculative draft shares the model's)
-            seen = {id(v) for v in variables}
-            variables += [v for v in decoding_variables(drafter.model) if id(v) not in seen]
+        variables = drafting_variables(model, drafter)
 
         def decoding():
             return engine.decoding(variables, rows)

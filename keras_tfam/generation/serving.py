@@ -2,12 +2,12 @@
 
 from keras import ops
 
-from keras_tfam.generation.decoding import DecodingLoop, decoding_variables, plan_decoding
+from keras_tfam.generation.decoding import DecodingLoop, plan_decoding
 from keras_tfam.generation.generator import loop_rows
 from keras_tfam.generation.prompts import pack_prompts
 from keras_tfam.generation.protocol import check_protocol
 from keras_tfam.generation.requests import resolve_engine, resolve_window
-from keras_tfam.generation.speculative import DraftedDecodingLoop, DraftModel
+from keras_tfam.generation.speculative import DraftedDecodingLoop, drafting_variables
 from keras_tfam.utils import static_dim
 
 
@@ -61,7 +61,7 @@ class ServingLoop:
         self.engine = resolve_engine(engine)
         window = resolve_window(model, window)
         plan = plan_decoding(model, None, None, None if fits_context else window)
-        self.variables = decoding_variables(model)
+        self.variables = drafting_variables(model, drafter)
         self.drafted = 0 if drafter is None else drafter.num_tokens
         if drafter is None:
             self.loop = DecodingLoop(model, search, pad_token_id, plan, processors, logprobs=logprobs)
@@ -69,9 +69,6 @@ class ServingLoop:
         if not fits_context:
             raise ValueError("Drafted decoding runs within the model's context: pass `fits_context=True`.")
         self.loop = DraftedDecodingLoop(model, search, pad_token_id, plan, drafter, processors, logprobs=logprobs)
-        if isinstance(drafter, DraftModel):  # its variables once (a self-speculative draft shares the model's)
-            seen = {id(v) for v in self.variables}
-            self.variables += [v for v in decoding_variables(drafter.model) if id(v) not in seen]
 
     def _rows(self, rows):
         """The rows a step multiplies for `rows` prompts (`None`: not static): each verifies `drafted + 1`."""

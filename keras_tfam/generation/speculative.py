@@ -141,6 +141,16 @@ class DraftModel:
         return ops.stack(drafts, axis=1), {"cache": cache}
 
 
+def drafting_variables(model, drafter=None):
+    """The variables a decoding call of `model` computes with: its own, and a `DraftModel` drafter's (once each: a
+    self-speculative draft shares the model's)."""
+    variables = decoding_variables(model)
+    if isinstance(drafter, DraftModel):
+        seen = {id(v) for v in variables}
+        variables += [v for v in decoding_variables(drafter.model) if id(v) not in seen]
+    return variables
+
+
 class DraftedDecodingLoop(DecodingLoop):
     """The `DecodingLoop` whose steps verify a drafter's `K` tokens at once (module docstring).
 
