@@ -143,7 +143,7 @@ def test_cli_eval_generate_and_export(trained_run, small_wikitext, tmp_path):
     assert hot.returncode == 2 and hot.stderr.strip().splitlines()[-1].startswith("tfam: error: `--temperature`")
 
     target = str(tmp_path / "exports" / "7")
-    assert "-> " + target in run_tfam(["export", trained_run, "--out", target]).stdout
+    assert "-> " + target in run_tfam(["export", trained_run, "--out", target, "--batch-sizes", "1"]).stdout
     again = run_tfam(["export", trained_run, "--out", target], check=False)
     assert again.returncode == 2 and "exists already" in again.stderr
     # Without XLA, and with speculative decoding inside (the run drafts for itself): the first export's tokens.
@@ -196,7 +196,7 @@ def test_failed_export_leaves_no_version_folder(trained_run, tmp_path, monkeypat
 
     monkeypatch.setattr(export, "save_archive", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        export.export_model(model, str(tmp_path / "models"), tokenizer)
+        export.export_model(model, str(tmp_path / "models"), tokenizer, batch_sizes=(1,))
     assert os.listdir(tmp_path / "models") == []
 
 
@@ -230,7 +230,7 @@ def test_export_cleans_up_after_killed_exports_and_is_readable_by_all(trained_ru
     # An export killed while replacing version 3 (--overwrite) had moved it aside.
     shutil.copytree(os.path.join(trained_run, "export", "1"), exports / ".replaced-3-x1y2" / "old")
 
-    result = run_tfam(["export", trained_run, "--out", str(exports)])
+    result = run_tfam(["export", trained_run, "--out", str(exports), "--batch-sizes", "1"])
     assert sorted(os.listdir(exports)) == ["3", "4"]
     version = exports / "4"
     assert os.path.isfile(version / "saved_model.pb")
@@ -363,7 +363,7 @@ def test_generate_and_export_of_a_run_still_training_say_which_step_they_use(tra
         step = json.load(f)["step"]
     with RunLock(run):  # as `tfam train` holds it
         generated = run_tfam(["generate", run, "--prompt", "the game", "--max-new-tokens", "3"])
-        exported = run_tfam(["export", run, "--out", str(tmp_path / "export")])
+        exported = run_tfam(["export", run, "--out", str(tmp_path / "export"), "--batch-sizes", "1"])
     for result in (generated, exported):
         [line] = result.stderr.splitlines()
         assert line.startswith(f"tfam: {run} is still training (pid {os.getpid()} on ")
@@ -389,7 +389,7 @@ def test_commands_on_a_mixed_float16_run_print_no_optimizer_warning(small_wikite
     for command in (
         ["generate", run, "--prompt", "the game", "--max-new-tokens", "3"],
         ["eval", run, "--data-dir", small_wikitext],
-        ["export", run, "--out", str(tmp_path / "export")],
+        ["export", run, "--out", str(tmp_path / "export"), "--batch-sizes", "1"],
     ):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

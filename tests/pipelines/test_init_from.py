@@ -131,7 +131,7 @@ def test_lora_fine_tuning_changes_only_the_adapted_projections(tmp_path, small_w
     from pipelines.commands import load_run
 
     run = str(tmp_path / "lora")
-    run_tfam(_args(small_wikitext, run, **{"lora-rank": 2, "max-steps": 4, "eval-every": 4}))
+    run_tfam(_args(small_wikitext, run, **{"lora-rank": 2, "max-steps": 4, "eval-every": 4, "export": "off"}))
     tuned, _ = load_run(run, "final")
     imported = from_huggingface(FIXTURE)
 

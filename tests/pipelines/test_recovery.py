@@ -25,7 +25,8 @@ def _summary(run):
 
 
 def _rerun(small_wikitext, run, **kwargs):
-    return run_tfam(tiny_args(small_wikitext, run, **TRAINED_RUN_OPTIONS), **kwargs)
+    """Reruns a copy of `trained_run` (which exported already: what these tests check ends before an export)."""
+    return run_tfam(tiny_args(small_wikitext, run, **TRAINED_RUN_OPTIONS, export="off"), **kwargs)
 
 
 def test_a_truncated_best_checkpoint_falls_back_to_final_and_the_rerun_replaces_it(

@@ -271,6 +271,7 @@ def test_a_char_level_run_on_a_file_reports_bits_per_character(tmp_path, small_w
             "backup-every": 1,
             "eval-every": 1,
             "jit": "off",
+            "export": "off",
         },
     )
     result = run_tfam([arg for arg in args if arg not in ("--data-dir", "None")])
