@@ -10,7 +10,8 @@ from pipelines.run_loading import load_run, run_directory
 
 
 def _train(args):
-    from pipelines.config import load_config, overrides_from_args
+    from pipelines.config import load_config
+    from pipelines.config_flags import overrides_from_args
     from pipelines.errors import TrainingDiverged
     from pipelines.training import format_summary, train
 
@@ -315,7 +316,7 @@ def add_commands(commands):
     """Adds `train`, `eval`, `generate`, `export` to the `tfam` sub-command parser."""
     from keras_tfam.generation import SAMPLERS
     from keras_tfam.generation.requests import OVERFLOWS
-    from pipelines.config import add_config_arguments
+    from pipelines.config_flags import add_config_arguments
     from pipelines.export_command import add_export_command
 
     train = commands.add_parser(

@@ -1,6 +1,7 @@
 """Training configurations: named presets, JSON files, command-line overrides.
 
-Every field can be set from the command line (`--learning-rate 3e-4`); a
+Every field can be set from the command line (`--learning-rate 3e-4`,
+`pipelines.config_flags`); a
 config file is JSON holding a subset of the fields. The model is a preset of
 `keras_tfam.models.presets` (`--model`), and every option its class declares
 (`GPT2LM.OPTIONS`: `--position`, `--attention`, `--intermediate-dim`, ...) is
@@ -9,9 +10,7 @@ model's constructor reads: the pipeline does not re-list them or their bounds.
 Unknown keys and invalid values are errors raised before any work starts.
 """
 
-import argparse
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -20,10 +19,11 @@ from typing import Optional
 import numpy as np
 
 from keras_tfam.models.local_layers import local_layer_indices
-from keras_tfam.models.presets import PRESETS, check_model_option, get_preset, model_options
+from keras_tfam.models.presets import check_model_option, get_preset, model_options
 from keras_tfam.utils import is_integer
 from pipelines.data.tokenizers import TOKENIZERS as TOKENIZER_CLASSES
 from pipelines.data.wikitext import WIKITEXT_VARIANTS
+from pipelines.served_decoding import DEFAULT_BATCH_SIZES
 
 TOKENIZERS = tuple(TOKENIZER_CLASSES)
 # The smallest vocabulary each tokenizer can have: word and char need their
@@ -87,6 +87,10 @@ class TrainConfig:
     out: str = _field("runs/gpt2_tiny", "the run directory (backups, checkpoints, logs, export); rerun to resume")
     export: bool = _field(True, "write the SavedModel at the end (else `tfam export RUN` writes it later)")
     export_dir: Optional[str] = _field(None, "the folder of the SavedModel's versions; unset: RUN/export")
+    export_batch_sizes: tuple = _field(
+        DEFAULT_BATCH_SIZES,
+        "the batch sizes the export's decoding loop is compiled for: TF Serving's allowed_batch_sizes",
+    )
     samples: int = _field(2, "text samples generated at each validation (TensorBoard)")
     sample_tokens: int = _field(32, "tokens of each sample")
     profile_steps: Optional[str] = _field(None, "'first,last': profile these steps (TensorBoard's Profile tab)")
@@ -208,6 +212,11 @@ class TrainConfig:
                 ok, expected = isinstance(value, (bool, np.bool_)), "a boolean (true or false)"
                 if ok:
                     setattr(self, name, bool(value))
+            elif field.type is tuple:  # of positive integers
+                ok = isinstance(value, (list, tuple)) and bool(value) and all(is_integer(v) and v >= 1 for v in value)
+                expected = "a non-empty list of positive integers"
+                if ok:
+                    setattr(self, name, tuple(sorted({int(v) for v in value})))
             elif field.type in (float, Optional[float]):
                 ok = (is_integer(value) or isinstance(value, (float, np.floating))) and math.isfinite(value)
                 expected = "a finite number"
@@ -291,7 +300,7 @@ def load_config(name_or_path="gpt2_tiny", overrides=None):
         if not isinstance(values, dict):
             raise ValueError(
                 f"Invalid config: {name_or_path!r} must hold a JSON object of config keys and values. "
-                f"Received: a JSON {_json_kind(values)}"
+                f"Received: a JSON {json_kind(values)}"
             )
     else:
         raise ValueError(
@@ -304,146 +313,9 @@ def load_config(name_or_path="gpt2_tiny", overrides=None):
     return TrainConfig(**{**values, **overrides}, model_options={**options, **option_overrides}).validate()
 
 
-def _json_kind(value):
+def json_kind(value):
     """What a parsed JSON value is, in JSON's words."""
     for kind, name in ((dict, "object"), (list, "list"), (str, "string"), (bool, "boolean"), (type(None), "null")):
         if isinstance(value, kind):
             return name
     return "number"
-
-
-BOOLEANS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
-
-
-def parse_bool(text):
-    """`True` or `False` from the usual spellings (true/false, yes/no, on/off, 1/0; any case)."""
-    value = BOOLEANS.get(str(text).strip().lower())
-    if value is None:
-        raise argparse.ArgumentTypeError(
-            f"must be a boolean: true/false, yes/no, on/off or 1/0 (any case). Received: {text!r}"
-        )
-    return value
-
-
-def parse_json_object(text):
-    """A JSON object (a dict) from a flag's text."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise argparse.ArgumentTypeError(f"must be a JSON object ({error}). Received: {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object. Received: a JSON {_json_kind(value)}, {text!r}")
-    return value
-
-
-# Whose default `tfam train` sets (`pipelines.training.build_model`): their help, in its terms.
-_TRAINING_OPTIONS = {
-    "max_sequence_length": "GPT2LM: rows of the learned position table, the longest input the model takes",
-    "context_length": "the longest context generation attends over (past it, a window slides); Transformer-XL: "
-    "the segment length, informative",
-}
-_METAVARS = {int: "N", float: "X", dict: "JSON", "model": "PRESET", "profile_steps": "FIRST,LAST"}
-_METAVARS.update(dict.fromkeys(("init_from", "data_dir", "out", "export_dir"), "DIR"))
-_METAVARS.update(dict.fromkeys(("train_split", "eval_split"), "SPLIT"))
-
-
-def _shown(value):
-    """A default as `--help` shows it."""
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-
-
-def _field_help(name, field):
-    """A field's help with its default, and each named config's value where it differs."""
-    others = "".join(
-        f"; {config}: {_shown(values[name])}"
-        for config, values in NAMED_CONFIGS.items()
-        if name in values and values[name] != field.default
-    )
-    choices = f" (one of {', '.join(PRESETS)})" if name == "model" else ""
-    return f"{field.metadata['help']}{choices} (default: {_shown(field.default)}{others})"
-
-
-def _argument_docs(model_class):
-    """`{argument: description}` of the `Args:` sections of `model_class`'s docstrings, its own over its bases'."""
-    docs = {}
-    for klass in reversed(model_class.__mro__):
-        names, indent, inside = [], None, False
-        for line in inspect.cleandoc(klass.__dict__.get("__doc__") or "").splitlines():
-            width = len(line) - len(line.lstrip())
-            if line.strip() == "Args:":
-                inside = True
-            elif not inside or not line.strip():
-                continue
-            elif width == 0:  # the next section
-                break
-            elif indent in (None, width):  # `name: text` or `a, b: text`
-                indent = width
-                head, _, text = line.strip().partition(":")
-                names = [name.strip() for name in head.split(",")]
-                docs.update(dict.fromkeys(names, text.strip()))
-            else:  # a continuation line
-                docs.update({name: f"{docs[name]} {line.strip()}" for name in names})
-    return docs
-
-
-def _option_help(name):
-    """A model option's help: its class's docstring, and its value in the default preset (or its class's first)."""
-    classes = [model_class for model_class, _ in PRESETS.values() if name in model_class.OPTIONS]
-    owner = "" if set(classes) == {c for c, _ in PRESETS.values()} else f"{classes[0].__name__}: "
-    if name in _TRAINING_OPTIONS:
-        return f"{_TRAINING_OPTIONS[name]} (default: --sequence-length)"
-    described = _argument_docs(classes[0]).get(name, name.replace("_", " ")).rstrip(".")
-    preset = next(p for p in (FIELDS["model"].default, *PRESETS) if name in PRESETS[p][0].OPTIONS)
-    model_class, arguments = PRESETS[preset]
-    value = arguments.get(name, inspect.signature(model_class).parameters[name].default)
-    return f"{owner}{described} (default: the preset's; {preset}: {_shown(value)})"
-
-
-def _add_flag(group, name, kind, help, choices=None):
-    """`--name` (unset: `None`, keeping the config's value); a boolean also as `--no-name`, and `--name yes|no`."""
-    flag = "--" + name.replace("_", "-")
-    help = help.replace("%", "%%") if help is not None else argparse.SUPPRESS
-    if kind is bool:
-        group.add_argument(
-            flag, dest=name, nargs="?", const=True, type=parse_bool, default=None, metavar="yes|no", help=help
-        )
-        group.add_argument(
-            "--no-" + flag[2:], dest=name, action="store_const", const=False, default=None, help=f"same as {flag} no"
-        )
-        return
-    metavar = "{" + ",".join(choices) + "}" if choices and len(choices) < 9 else None
-    metavar = metavar or _METAVARS.get(name) or _METAVARS.get(kind)
-    parser_type = {bool: parse_bool, dict: parse_json_object}.get(kind, kind)
-    group.add_argument(flag, dest=name, type=parser_type, default=None, choices=choices, metavar=metavar, help=help)
-
-
-def add_config_arguments(parser):
-    """One `--flag` per config field and per model option, each with its help and default (unset: `None`)."""
-    fields = parser.add_argument_group(
-        "training configuration",
-        "A run starts from the values of --config: gpt2_tiny (the default; its values are shown), gpt2_small "
-        "(shown where they differ) or a JSON file of these fields; each flag overrides one. A step is one "
-        "optimizer update. Booleans: --flag or --no-flag (--flag yes|no works too).",
-    )
-    for name, field in FIELDS.items():
-        kind = {Optional[int]: int, Optional[float]: float, Optional[str]: str}.get(field.type, field.type)
-        help = _field_help(name, field) if field.metadata["help"] is not None else None
-        _add_flag(fields, name, kind, help, tuple(PRESETS) if name == "model" else FIELD_CHOICES.get(name))
-    # The closed sets are read now, from their registries: a kind registered before the parser is built is
-    # a choice.
-    options = parser.add_argument_group(
-        "model options",
-        "The architecture on top of the preset that --model names (--config names a training configuration, "
-        "not a model). Unset, an option keeps the preset's value (with --init-from, the checkpoint's).",
-    )
-    for name, option in MODEL_OPTIONS.items():
-        _add_flag(options, name, option.kind, _option_help(name), option.values())
-
-
-def overrides_from_args(args):
-    names = list(FIELDS) + list(MODEL_OPTIONS)
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}

@@ -1,9 +1,9 @@
 """`tfam export`: a run's checkpoint as a SavedModel for TF Serving (the default), or as a Hugging Face checkpoint
 directory that transformers (and `from_huggingface`) load."""
 
-import argparse
 import os
 
+from pipelines.config_flags import parse_positive_integers
 from pipelines.drafting import DRAFTING_FLAGS, add_drafting_arguments, drafting_options, options_named_as_flags
 from pipelines.errors import notice
 from pipelines.run_loading import load_run
@@ -84,7 +84,7 @@ def add_export_command(commands, run_arguments):
     )
     export.add_argument(
         "--batch-sizes",
-        type=_batch_sizes,
+        type=parse_positive_integers,
         default=None,
         metavar="N,N,...",
         help="batch sizes the decoding loop is compiled for, as TF Serving's allowed_batch_sizes (default: 1,2,4,8)",
@@ -96,14 +96,3 @@ def add_export_command(commands, run_arguments):
     )
     add_drafting_arguments(export, verb="serve")
     export.set_defaults(handler=_export)
-
-
-def _batch_sizes(text):
-    """`--batch-sizes`: comma-separated positive integers."""
-    try:
-        sizes = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        sizes = ()
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"must be positive integers separated by commas. Received: {text!r}")
-    return sizes

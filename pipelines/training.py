@@ -69,6 +69,7 @@ _RESUMABLE = {
     "out",
     "export",
     "export_dir",
+    "export_batch_sizes",
     "profile_steps",
     "samples",
     "sample_tokens",
@@ -425,7 +426,9 @@ def _train_locked(config, strategy, run_dir):
             except CorruptFileError as error:
                 notice(f"{error}: exporting the final model instead")
         export_dir = config.export_dir or os.path.join(run_dir, "export")
-        export_path = export_model(exported, export_dir, tokenizer, overwrite=False)
+        export_path = export_model(
+            exported, export_dir, tokenizer, overwrite=False, batch_sizes=config.export_batch_sizes
+        )
     summary = {
         "steps": steps,
         "max_steps": config.max_steps,

@@ -31,6 +31,7 @@ TRAINED_RUN_OPTIONS = {
     "samples": 1,
     "sample-tokens": 4,
     "jit": "off",
+    "export-batch-sizes": "1,2",
 }
 
 
@@ -48,6 +49,7 @@ def tiny_args(data_dir, out, **overrides):
         "warmup-steps": 2,
         "dropout": 0.0,
         "learning-rate": 3e-3,
+        "export-batch-sizes": 1,  # a loop compiled for one batch size, not four
         "out": out,
     }
     values.update(overrides)

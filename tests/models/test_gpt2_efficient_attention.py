@@ -44,7 +44,8 @@ def test_cached_generation_equals_uncached_passes(kind):
 
 def test_the_cli_builds_every_registered_kind_from_its_flags():
     from pipelines.cli import build_parser
-    from pipelines.config import load_config, overrides_from_args
+    from pipelines.config import load_config
+    from pipelines.config_flags import overrides_from_args
     from pipelines.training import build_model
 
     for kind, options in KINDS.items():

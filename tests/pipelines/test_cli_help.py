@@ -41,6 +41,8 @@ def _entries(text):
 def _shown(value):
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, tuple):  # as the flag takes it
+        return ",".join(str(item) for item in value)
     return "unset" if value is None else value
 
 
@@ -122,7 +124,8 @@ def test_a_negative_boolean_takes_no_value():
 
 
 def test_the_flags_reach_the_config_as_given():
-    from pipelines.config import load_config, overrides_from_args
+    from pipelines.config import load_config
+    from pipelines.config_flags import overrides_from_args
 
     args = build_parser().parse_args(["train", "--no-export", "--log-every", "5", "--no-use-bias"])
     config = load_config(args.config, overrides_from_args(args))

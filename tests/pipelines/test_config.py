@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from pipelines.config import load_config, parse_bool
+from pipelines.config import load_config
+from pipelines.config_flags import parse_bool
 
 
 @pytest.mark.parametrize(
@@ -123,6 +124,23 @@ def test_export_is_a_boolean_in_a_config_file_and_on_the_command_line(tmp_path):
         load_config(str(path))
     with pytest.raises(ValueError, match=r"`export_dir` must be unset with `export` off. Received: export_dir='x'"):
         load_config("gpt2_tiny", {"export": False, "export_dir": "x"})
+
+
+def test_export_batch_sizes_are_a_list_in_a_config_file_and_commas_on_the_command_line(tmp_path):
+    from pipelines.cli import build_parser
+    from pipelines.config_flags import overrides_from_args
+
+    assert load_config("gpt2_tiny").export_batch_sizes == (1, 2, 4, 8)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"export_batch_sizes": [4, 1, 4]}))
+    config = load_config(str(path))
+    assert config.export_batch_sizes == (1, 4)
+    assert json.loads(json.dumps(config.to_dict()))["export_batch_sizes"] == [1, 4]  # config.json holds it
+    args = build_parser().parse_args(["train", "--export-batch-sizes", "8,2"])
+    assert load_config("gpt2_tiny", overrides_from_args(args)).export_batch_sizes == (2, 8)
+    for value in ([], [0, 1], "1,2", [1.5]):
+        with pytest.raises(ValueError, match=r"`export_batch_sizes` must be a non-empty list of positive integers\. "):
+            load_config("gpt2_tiny", {"export_batch_sizes": value})
 
 
 def test_a_model_option_set_twice_in_a_config_file_is_refused(tmp_path):

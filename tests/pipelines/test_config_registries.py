@@ -11,7 +11,8 @@ from keras_tfam.layers.attention.registry import attention_kinds, register_atten
 from keras_tfam.models import GPT2LM
 from keras_tfam.models.presets import check_model_option
 from pipelines.cli import build_parser
-from pipelines.config import load_config, overrides_from_args
+from pipelines.config import load_config
+from pipelines.config_flags import overrides_from_args
 
 KIND = "softmax_registered_at_test_time"
 TINY = dict(vocabulary_size=31, num_layers=1, num_heads=2, hidden_dim=8, max_sequence_length=16)

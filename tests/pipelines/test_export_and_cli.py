@@ -51,6 +51,9 @@ def _load(run):
 def test_exported_signatures_match_the_model_in_a_tensorflow_only_process(trained_run, tmp_path):
     export = os.path.join(trained_run, "export", "1")
     assert os.path.isfile(os.path.join(export, "saved_model.pb"))
+    # The loop is compiled for the run's --export-batch-sizes: its warmup requests are at those sizes.
+    requests = read_warmup_requests(os.path.join(export, WARMUP_FILE))
+    assert {len(inputs["lengths"]) for name, inputs in requests if name == "generate"} == {1, 2}
     model, tokenizer = _load(trained_run)
     prompts = np.array([[5, 17, 30, 2], [9, 4, 0, 0]], np.int32)
     lengths = np.array([4, 2], np.int32)

@@ -4,7 +4,8 @@ import pytest
 
 from keras_tfam.layers.attention.patterns import SlidingWindow
 from pipelines.cli import build_parser
-from pipelines.config import load_config, overrides_from_args
+from pipelines.config import load_config
+from pipelines.config_flags import overrides_from_args
 from pipelines.training import build_model
 
 
