@@ -45,7 +45,7 @@ def prompts(batch):
     return np.random.default_rng(0).integers(0, 50257, (batch, PROMPT)).astype(np.int32)
 
 
-def library(precision, tokens, export_dir, sizes):
+def library(precision, tokens, export_dir, sizes, smoke=False):
     from timing import gpt2_small
 
     import keras_tfam.cpu
@@ -73,7 +73,8 @@ def library(precision, tokens, export_dir, sizes):
     if not os.path.isdir(os.path.join(export_dir, precision)):
         from pipelines.export import export_model
 
-        export_model(model, os.path.join(export_dir, precision, "model"))
+        # The default export (TF Serving's batch sizes 1, 2, 4, 8); under --smoke, the sizes measured only.
+        export_model(model, os.path.join(export_dir, precision, "model"), **({"batch_sizes": BATCHES} if smoke else {}))
     return out
 
 
@@ -139,7 +140,7 @@ def main():
     if args.case:
         side, precision = args.case.split("-")
         if side == "library":
-            result = library(precision, args.tokens, args.exports, SMOKE_SIZES if args.smoke else {})
+            result = library(precision, args.tokens, args.exports, SMOKE_SIZES if args.smoke else {}, args.smoke)
         else:
             result = served(precision, args.tokens, args.exports)
         print(json.dumps(result))

@@ -3,7 +3,7 @@
 # whole suite on TensorFlow, then the backend-neutral library (layer harness, ops, losses, generation,
 # GPT-2 cached == uncached, Hugging Face parity) again on JAX; beside them, in a second lane, the
 # training tests, the layer and decoding-model harnesses and the losses on PyTorch, and each maintained
-# benchmark script in its smoke mode (the short ones). Arguments go to a single pytest run instead.
+# benchmark script in its smoke mode. Arguments go to a single pytest run instead.
 # Two pytest workers, a test file each at a time: the tests mostly trace and compile on one core. Files are
 # queued longest first (tests/conftest.py) so that no worker ends idle behind a long file.
 # pytest exits non-zero when it fails or collects no test, and so does this script (after every lane).
@@ -38,9 +38,9 @@ second_lane_log=$(mktemp)
     tests/models/test_decoding_models.py tests/generation/test_samplers.py tests/generation/test_processors.py \
     tests/generation/test_processors_vs_transformers.py tests/losses
   torch=$?
-  echo "== the benchmark scripts on a tiny model (--smoke; the long ones: bash scripts/test.sh -m benchmarks tests/benchmarks)"
+  echo "== the benchmark scripts on a tiny model (--smoke)"
   XLA_FLAGS="$O0" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q \
-    -p no:xdist --durations=10 -m "benchmarks and not long_smoke" tests/benchmarks
+    -p no:xdist --durations=10 -m benchmarks tests/benchmarks
   benchmarks=$?
   exit $(( training != 0 || torch != 0 || benchmarks != 0 ))
 ) > "$second_lane_log" 2>&1 &

@@ -159,19 +159,7 @@ def test_every_script_has_a_help_with_the_smoke_switch():
         assert "--smoke" in helps[path]["text"], f"{path} --help names no --smoke:\n{helps[path]['text']}"
 
 
-# The smoke runs that train, export or start many processes: half a minute to a minute and a half of a core
-# each, more than CI's budget holds (scripts/test.sh runs the others; `bash scripts/test.sh -m benchmarks
-# tests/benchmarks` runs them all).
-LONG_SMOKE_RUNS = {
-    "early_exit.py", "served_generate.py", "speculative.py", "efficient_attention.py", "run_all.py",
-    "quantized_generate.py", "generate_lengths_memory.py", "long_attention.py", "prompt_lookup.py",
-    "pooling_vs_gpt2.py", "transformer_xl.py", "quantize_time.py",
-}  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    "script", [pytest.param(s, marks=pytest.mark.long_smoke) if s in LONG_SMOKE_RUNS else s for s in SCRIPTS]
-)
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_the_script_runs_end_to_end_in_smoke_mode(script):
     assert script in CHECKS, f"CHECKS has no line for {script}: what its smoke run must print"
     benchmarks_md = os.path.join(REPO, "BENCHMARKS.md")
