@@ -135,7 +135,7 @@ def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None, *
         functions.generate, input_signature=GENERATE_SIGNATURE, autograph=False
     ).get_concrete_function()
     signatures.update(prefill=functions.prefill_trace, decode_chunk=functions.decode_chunk_trace)
-    root = tf.Module()
+    resources = []
     if text_signature and tokenizer is not None:
         signatures["generate_text"] = tf.function(
             functions.generate_text,
@@ -147,20 +147,37 @@ def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None, *
             autograph=False,
         ).get_concrete_function()
         # The tokenizer's lookup tables, which the text signature reads (as Keras' `ExportArchive` tracks them).
-        root.tokenizer_resources = [
+        resources = [
             trackable
             for trackable in tf.train.TrackableView(tokenizer).descendants()
             if isinstance(trackable, tf.saved_model.experimental.TrackableResource)
         ]
+    served = functions.decoding
+    warmup = dict(batch_sizes=served.batch_sizes or (1,), context=served.context, drafted=served.drafted)
+    return _root(model, signatures, resources), signatures, warmup
+
+
+def _root(model, signatures, tokenizer_resources=()):
+    """The `tf.Module` a SavedModel of `signatures` (concrete functions) saves: their variables and the
+    tokenizer's tables they read."""
+    root = tf.Module()
+    if tokenizer_resources:
+        root.tokenizer_resources = list(tokenizer_resources)
     variables = {id(v): v for v in model.variables}
     for function in signatures.values():
         variables.update((id(v), v) for v in function.variables)
     root.model_variables = list(variables.values())
     for name, function in signatures.items():
         setattr(root, name, function)
-    served = functions.decoding
-    warmup = dict(batch_sizes=served.batch_sizes or (1,), context=served.context, drafted=served.drafted)
-    return root, signatures, warmup
+    return root
+
+
+def _token_level(model, archive):
+    """`archive` (`_archive`) without `generate_text` and the tokenizer's tables: the same traces, so
+    writing both SavedModels traces the signatures once."""
+    _, signatures, warmup = archive
+    signatures = {name: function for name, function in signatures.items() if name != "generate_text"}
+    return _root(model, signatures), signatures, warmup
 
 
 def text_export_dir(export_dir):
@@ -224,11 +241,12 @@ def export_model(
         text_planned = os.path.join(text_export_dir(os.path.dirname(planned)), os.path.basename(planned))
         if os.path.exists(text_planned) and not overwrite:
             raise FileExistsError(f"Export {text_planned!r} exists already; pass --overwrite to replace it")
-    archive = _archive(model, tokenizer, text_signature=not split_text, max_new_tokens_limit=limit, **decoding)
-    target = _export(archive, export_dir, overwrite, files)
-    if split_text:
-        text_target = os.path.join(text_export_dir(os.path.dirname(target)), os.path.basename(target))
-        _export(_archive(model, tokenizer, max_new_tokens_limit=limit, **decoding), text_target, overwrite)
+    archive = _archive(model, tokenizer, max_new_tokens_limit=limit, **decoding)
+    if not split_text:
+        return _export(archive, export_dir, overwrite, files)
+    target = _export(_token_level(model, archive), export_dir, overwrite, files)
+    text_target = os.path.join(text_export_dir(os.path.dirname(target)), os.path.basename(target))
+    _export(archive, text_target, overwrite)
     return target
 
 
