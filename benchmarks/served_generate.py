@@ -45,7 +45,7 @@ def prompts(batch):
     return np.random.default_rng(0).integers(0, 50257, (batch, PROMPT)).astype(np.int32)
 
 
-def library(precision, tokens, export_dir, sizes, smoke=False):
+def library(precision, tokens, export_dir, sizes, export_sizes):
     from timing import gpt2_small
 
     import keras_tfam.cpu
@@ -73,8 +73,7 @@ def library(precision, tokens, export_dir, sizes, smoke=False):
     if not os.path.isdir(os.path.join(export_dir, precision)):
         from pipelines.export import export_model
 
-        # The default export (TF Serving's batch sizes 1, 2, 4, 8); under --smoke, the sizes measured only.
-        export_model(model, os.path.join(export_dir, precision, "model"), **({"batch_sizes": BATCHES} if smoke else {}))
+        export_model(model, os.path.join(export_dir, precision, "model"), batch_sizes=export_sizes)
     return out
 
 
@@ -140,7 +139,11 @@ def main():
     if args.case:
         side, precision = args.case.split("-")
         if side == "library":
-            result = library(precision, args.tokens, args.exports, SMOKE_SIZES if args.smoke else {}, args.smoke)
+            from pipelines.served_decoding import DEFAULT_BATCH_SIZES
+
+            # The export users get (TF Serving's default batch sizes); under --smoke, only the sizes measured.
+            sizes, export_sizes = (SMOKE_SIZES, BATCHES) if args.smoke else ({}, DEFAULT_BATCH_SIZES)
+            result = library(precision, args.tokens, args.exports, sizes, export_sizes)
         else:
             result = served(precision, args.tokens, args.exports)
         print(json.dumps(result))
