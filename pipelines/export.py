@@ -87,7 +87,7 @@ from pipelines.faults import fault_point
 from pipelines.files import fsync_directory, fsync_tree
 from pipelines.run_lock import RunLock
 from pipelines.served_decoding import DEFAULT_BATCH_SIZES
-from pipelines.serving_functions import GENERATE_SIGNATURE, ROW_SETTINGS, ServingFunctions, resolve_max_new_tokens_limit
+from pipelines.serving_functions import ROW_SETTINGS, ServingFunctions, resolve_max_new_tokens_limit
 from pipelines.serving_warmup import write_warmup_requests
 
 # Where an export carries an imported checkpoint's tokenizer files (TF Serving leaves `assets.extra` alone).
@@ -131,10 +131,9 @@ def _archive(model, tokenizer, text_signature=True, max_new_tokens_limit=None, *
             autograph=False,
         ).get_concrete_function(),
     }
-    signatures["generate"] = tf.function(
-        functions.generate, input_signature=GENERATE_SIGNATURE, autograph=False
-    ).get_concrete_function()
-    signatures.update(prefill=functions.prefill_trace, decode_chunk=functions.decode_chunk_trace)
+    signatures.update(
+        generate=functions.generate_trace, prefill=functions.prefill_trace, decode_chunk=functions.decode_chunk_trace
+    )
     resources = []
     if text_signature and tokenizer is not None:
         signatures["generate_text"] = tf.function(

@@ -82,10 +82,10 @@ def resolve_max_new_tokens_limit(model, limit=None):
     return check_positive_int("max_new_tokens_limit", limit)
 
 
-def count_checks(rows, settings):
-    """`(ok, message, values)`: a request holds a prompt, and every one of `settings` (`{name: tensor}`) has one
-    value per prompt."""
-    yield rows >= 1, "A request must hold at least one prompt. Received: {} prompts.", [rows]
+def count_checks(rows, settings, prompts="token_ids"):
+    """`(ok, message, values)`: `prompts` (the input's name) holds a prompt at least, and every one of `settings`
+    (`{name: tensor}`) has one value per prompt."""
+    yield rows >= 1, f"`{prompts}` must hold at least one prompt. Received: {{}} prompts.", [rows]
     for name, value in settings.items():
         count = tf.shape(value)[0]
         yield (
@@ -121,6 +121,10 @@ class ServingFunctions:
             self.decode_chunk,
             input_signature=[*state, tf.TensorSpec([None], tf.int32, name="num_tokens")],
             autograph=False,
+        ).get_concrete_function()
+        # `generate_text` calls this trace past the context or without stop strings.
+        self.generate_trace = tf.function(
+            self.generate, input_signature=GENERATE_SIGNATURE, autograph=False
         ).get_concrete_function()
 
     def _length_checks(self, max_new_tokens):
@@ -290,7 +294,7 @@ class ServingFunctions:
         settings.update(stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty)
         with asserting(shape_checks(dict(prompts=prompts, **settings, stop_strings=stop_strings))):
             rows = tf.shape(prompts)[0]
-            checks = count_checks(rows, {"stop_strings": stop_strings})
+            checks = count_checks(rows, {"stop_strings": stop_strings}, prompts="prompts")
             with asserting(self._length_checks(settings["max_new_tokens"])), asserting(checks):
                 return self._generate_text(prompts, dict(settings, stop_strings=stop_strings))
 
@@ -344,7 +348,7 @@ class ServingFunctions:
 
         def at_once():
             # No stop string, or past the model's context: `generate` (its window slides there).
-            generated = self._checked_generate(token_ids, lengths, settings)
+            generated = self.generate_trace(token_ids, lengths, *(settings[name] for name in ROW_SETTINGS))
             return generated["token_ids"], generated["num_generated"]
 
         stops = settings["stop_strings"]

@@ -174,9 +174,10 @@ def test_serving_default(signatures, prompts):
 
 def test_empty_batches_and_long_prompts_are_refused_in_one_line(signatures):
     empty = np.zeros((0, 3), np.int32)
-    assert not refused_in_one_line(lambda: generate(signatures, empty, np.zeros((0,), np.int32)), ["prompt"])
+    # The message names the input: `token_ids` must hold at least one prompt.
+    assert not refused_in_one_line(lambda: generate(signatures, empty, np.zeros((0,), np.int32)), ["`token_ids`"])
     serving = signatures["serving_default"]
-    assert not refused_in_one_line(lambda: serving(token_ids=tf.constant(empty)), ["prompt"])
+    assert not refused_in_one_line(lambda: serving(token_ids=tf.constant(empty)), ["`token_ids`"])
     # Past the model's context (8 positions): `serving_default` refuses, `generate` slides its window.
     assert not refused_in_one_line(lambda: serving(token_ids=tf.ones((1, 9), tf.int32)), ["token_ids"])
     assert refused_in_one_line(lambda: generate(signatures, [[1] * 9], [9]), ["token_ids"])
