@@ -97,10 +97,10 @@ class _FileSecondsRecorder:
 
 def pytest_configure(config):
     path = os.environ.get("TFAM_RECORD_FILE_SECONDS")
-    # The controller of a run with xdist's workers records (they report to it); the runs without workers
-    # (the training and PyTorch lanes) take their files in any order and record nothing.
+    # The controller of a run whose xdist workers take a file at a time records (they report to it); a run
+    # that hands out single tests (the training phase) or has no workers records nothing.
     distributed = config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None)
-    if path and distributed and not hasattr(config, "workerinput"):
+    if path and distributed and config.getoption("dist") == "loadfile" and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_FileSecondsRecorder(path), "tfam_file_seconds")
 
 
