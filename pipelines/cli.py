@@ -71,6 +71,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"tfam: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        boolean_flags = getattr(self, "boolean_flags", ())  # set by `add_config_arguments`
+        if boolean_flags:
+            from pipelines.config_flags import join_boolean_values
+
+            args = join_boolean_values(sys.argv[1:] if args is None else list(args), boolean_flags)
+        return super().parse_known_args(args, namespace)
+
 
 class _DefaultsShown(argparse.HelpFormatter):
     """Each flag's help ends with its default, unless it has none or its help already says it."""

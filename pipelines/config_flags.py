@@ -117,7 +117,8 @@ def _option_help(name):
 
 
 def _add_flag(group, name, kind, help, choices=None):
-    """`--name` (unset: `None`, keeping the config's value); a boolean also as `--no-name`, and `--name yes|no`."""
+    """`--name` (unset: `None`, keeping the config's value); a boolean also as `--no-name`, and `--name yes|no`.
+    Returns the flag of a boolean, else `None`."""
     flag = "--" + name.replace("_", "-")
     help = help.replace("%", "%%") if help is not None else argparse.SUPPRESS
     if kind is bool:
@@ -127,25 +128,28 @@ def _add_flag(group, name, kind, help, choices=None):
         group.add_argument(
             "--no-" + flag[2:], dest=name, action="store_const", const=False, default=None, help=f"same as {flag} no"
         )
-        return
+        return flag
     metavar = "{" + ",".join(choices) + "}" if choices and len(choices) < 9 else None
     metavar = metavar or _METAVARS.get(name) or _METAVARS.get(kind)
     parser_type = {bool: parse_bool, dict: parse_json_object, tuple: parse_positive_integers}.get(kind, kind)
     group.add_argument(flag, dest=name, type=parser_type, default=None, choices=choices, metavar=metavar, help=help)
+    return None
 
 
 def add_config_arguments(parser):
-    """One `--flag` per config field and per model option, each with its help and default (unset: `None`)."""
+    """One `--flag` per config field and per model option, each with its help and default (unset: `None`); the
+    boolean flags go to `parser.boolean_flags` (see `join_boolean_values`)."""
     fields = parser.add_argument_group(
         "training configuration",
         "A run starts from the values of --config: gpt2_tiny (the default; its values are shown), gpt2_small "
         "(shown where they differ) or a JSON file of these fields; each flag overrides one. A step is one "
         "optimizer update. Booleans: --flag or --no-flag (--flag yes|no works too).",
     )
+    flags = set()
     for name, field in FIELDS.items():
         kind = {Optional[int]: int, Optional[float]: float, Optional[str]: str}.get(field.type, field.type)
         help = _field_help(name, field) if field.metadata["help"] is not None else None
-        _add_flag(fields, name, kind, help, tuple(PRESETS) if name == "model" else FIELD_CHOICES.get(name))
+        flags.add(_add_flag(fields, name, kind, help, tuple(PRESETS) if name == "model" else FIELD_CHOICES.get(name)))
     # The closed sets are read now, from their registries: a kind registered before the parser is built is
     # a choice.
     options = parser.add_argument_group(
@@ -154,7 +158,22 @@ def add_config_arguments(parser):
         "not a model). Unset, an option keeps the preset's value (with --init-from, the checkpoint's).",
     )
     for name, option in MODEL_OPTIONS.items():
-        _add_flag(options, name, option.kind, _option_help(name), option.values())
+        flags.add(_add_flag(options, name, option.kind, _option_help(name), option.values()))
+    parser.boolean_flags = frozenset(flags - {None})
+
+
+def join_boolean_values(argv, boolean_flags):
+    """`argv` with each token after one of `boolean_flags` that starts with one dash (`-1e+16`, `-x`; not `-h`)
+    joined to it as `--flag=TOKEN`: argparse reads such a token as an option, so the flag would take no value and
+    the token be left over, unrecognized; joined, the flag's check refuses it naming the flag."""
+    joined = []
+    for token in argv:
+        follows_flag = bool(joined) and joined[-1] in boolean_flags
+        if follows_flag and token.startswith("-") and not token.startswith("--") and token != "-h":
+            joined[-1] = f"{joined[-1]}={token}"
+        else:
+            joined.append(token)
+    return joined
 
 
 def overrides_from_args(args):

@@ -103,6 +103,7 @@ XL_ONLY = set(PRESETS["transformer_xl_tiny"][0].OPTIONS) - set(PRESETS["gpt2_tin
 @given(name=st.sampled_from(TRAIN_FLAGS), value=values)
 @example(name="use_bias", value="yes")
 @example(name="use_bias", value="maybe")
+@example(name="tie_embeddings", value=-1e16)  # a value argparse reads as an option (`-1e+16`)
 @example(name="memory_length", value=0)
 @example(name="norm_epsilon", value=-1e-5)
 @example(name="local_layers", value="even")
