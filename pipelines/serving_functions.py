@@ -249,7 +249,7 @@ class ServingFunctions:
         """A state of at least one row, every tensor with as many, all at one position; `num_tokens` one value per
         row, the same, in `[1, limit]`."""
         rows, limit = tf.shape(state["state_index"])[0], self.max_new_tokens_limit
-        yield rows >= 1, "A state must hold at least one row. Received: {} rows.", [rows]
+        yield rows >= 1, "A state must hold at least one row (`state_index`). Received: {} rows.", [rows]
         for name, value in state.items():
             yield (
                 tf.equal(tf.shape(value)[0], rows),

@@ -71,7 +71,7 @@ def prompt_checks(token_ids, lengths, max_new_tokens, vocabulary_size):
     shortest = ops.argmin(lengths)
     yield (
         ops.all(lengths >= 1),
-        "Every prompt needs at least one token. Received: an empty prompt at row {} (length {}).",
+        "Every prompt needs at least one token (`lengths` >= 1). Received: an empty prompt at row {} (length {}).",
         [shortest, ops.take(lengths, shortest)],
     )
     longest = ops.argmax(lengths)
@@ -85,7 +85,7 @@ def prompt_checks(token_ids, lengths, max_new_tokens, vocabulary_size):
     first = ops.argmax(ops.cast(ops.reshape(outside, (-1,)), "int32"))
     yield (
         ops.logical_not(ops.any(outside)),
-        f"Token ids must be in [0, {vocabulary_size}) (vocabulary_size={vocabulary_size}). "
+        f"`token_ids` must be in [0, {vocabulary_size}) (vocabulary_size={vocabulary_size}). "
         "Received: token id {} at prompt {}, position {}.",
         [ops.take(ops.reshape(token_ids, (-1,)), first), first // width, first % width],
     )

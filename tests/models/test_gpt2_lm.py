@@ -192,7 +192,7 @@ def test_compiled_loop_is_reused_for_equal_shapes():
 def test_generate_bad_input():
     model = tiny()
     with pytest.raises(
-        ValueError, match=r"Token ids must be in \[0, 61\).*Received: token id 61 at prompt 1, position 2"
+        ValueError, match=r"`token_ids` must be in \[0, 61\).*Received: token id 61 at prompt 1, position 2"
     ):
         model.generate([[1, 2], [3, 4, 61]], 4)
     with pytest.raises(ValueError, match=r"Received: token id -1 at prompt 0, position 0"):

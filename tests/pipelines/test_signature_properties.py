@@ -150,7 +150,7 @@ def test_a_setting_with_another_count_of_rows_is_refused(signatures, name):
 @example(prompts=[[1, 2, 3]], lengths=[0])
 @example(prompts=[[1, 2, 3], [4, 5, 6]], lengths=[3])
 def test_generate_prompts(signatures, prompts, lengths):
-    served = refused_in_one_line(lambda: generate(signatures, prompts, lengths), ["lengths", "Token ids", "prompt"])
+    served = refused_in_one_line(lambda: generate(signatures, prompts, lengths), ["`lengths`", "`token_ids`"])
     valid = (
         len(lengths) == len(prompts)
         and all(1 <= n <= 3 for n in lengths)
@@ -166,7 +166,7 @@ def test_serving_default(signatures, prompts):
     def call():
         return signatures["serving_default"](token_ids=tf.constant(prompts, tf.int32))["logits"].numpy()
 
-    served = refused_in_one_line(call, ["Token ids"])
+    served = refused_in_one_line(call, ["`token_ids` must be in"])
     assert served == all(0 <= t < VOCABULARY for row in prompts for t in row)
     if served:
         assert np.isfinite(call()).all()
@@ -199,6 +199,8 @@ def test_decode_chunk_refuses_merged_states_in_one_line(signatures):
     assert not refused_in_one_line(lambda: call(**decode_chunk_request(merged, 1)), ["one position"])
     state = decode_chunk_request(second, 1)
     assert not refused_in_one_line(lambda: call(**dict(state, num_tokens=tf.constant([0]))), ["num_tokens"])
+    empty = {name: value[:0] for name, value in state.items()}
+    assert not refused_in_one_line(lambda: call(**empty), ["state_index"])
 
 
 SHAPED = settings(PROPERTY, max_examples=40)
