@@ -4,7 +4,7 @@
     tfam train --config gpt2_tiny --data-dir DIR --train-split valid --eval-split test --max-steps 20 --out RUN
     tfam eval RUN --data-dir DIR --split test
     tfam generate RUN --prompt "The meaning of life" --max-new-tokens 40 --sampler top_p
-    tfam export RUN --out saved_models/gpt2_tiny/1
+    tfam export RUN --export-dir saved_models/gpt2_tiny/1
 
 Quiet by default: TensorFlow's C++ log lines are off and an error is one
 `tfam: error: ...` line; `--verbose` (anywhere on the line) shows both the

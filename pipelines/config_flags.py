@@ -25,6 +25,24 @@ def parse_bool(text):
     return value
 
 
+class RenamedFlag(argparse.Action):
+    """A flag's old name: stores its value where the new name does, with a one-line notice on stderr.
+
+    Args:
+        new_flag: the flag's name now (`--export-dir`).
+    """
+
+    def __init__(self, option_strings, dest, new_flag, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from pipelines.errors import notice
+
+        notice(f"{option_string} is now {self.new_flag}; the old name still works")
+        setattr(namespace, self.dest, values)
+
+
 def parse_positive_integers(text):
     """A tuple of positive integers from comma-separated text (`1,2,4,8`)."""
     try:

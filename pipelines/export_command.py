@@ -1,9 +1,10 @@
 """`tfam export`: a run's checkpoint as a SavedModel for TF Serving (the default), or as a Hugging Face checkpoint
 directory that transformers (and `from_huggingface`) load."""
 
+import argparse
 import os
 
-from pipelines.config_flags import parse_positive_integers
+from pipelines.config_flags import RenamedFlag, parse_positive_integers
 from pipelines.drafting import DRAFTING_FLAGS, add_drafting_arguments, drafting_options, options_named_as_flags
 from pipelines.errors import notice
 from pipelines.run_loading import load_run
@@ -31,7 +32,7 @@ def _export(args):
     with options_named_as_flags(DRAFTING_FLAGS):
         path = export_model(
             model,
-            args.out,
+            args.export_dir,
             tokenizer,
             overwrite=args.overwrite,
             max_new_tokens_limit=args.max_new_tokens_limit,
@@ -43,8 +44,10 @@ def _export(args):
 
 
 def _export_huggingface(args):
-    if os.path.isdir(args.out) and os.listdir(args.out) and not args.overwrite:
-        raise FileExistsError(f"{args.out!r} exists and is not empty; pass --overwrite to write the export there")
+    if os.path.isdir(args.export_dir) and os.listdir(args.export_dir) and not args.overwrite:
+        raise FileExistsError(
+            f"{args.export_dir!r} exists and is not empty; pass --overwrite to write the export there"
+        )
     model, tokenizer = load_run(args.run, args.checkpoint)
     written = None
     if tokenizer is not None and tokenizer.kind == "huggingface":
@@ -52,9 +55,11 @@ def _export_huggingface(args):
     elif tokenizer is not None and tokenizer.kind == "bpe":
         written = tokenizer
     elif tokenizer is not None:
-        notice(f"a {tokenizer.kind} tokenizer has no Hugging Face form: {args.out} holds the model's weights only")
-    model.save_to_huggingface(args.out, tokenizer=written)
-    print(f"exported {args.run} -> {args.out} (Hugging Face)")
+        notice(
+            f"a {tokenizer.kind} tokenizer has no Hugging Face form: {args.export_dir} holds the model's weights only"
+        )
+    model.save_to_huggingface(args.export_dir, tokenizer=written)
+    print(f"exported {args.run} -> {args.export_dir} (Hugging Face)")
 
 
 def add_export_command(commands, run_arguments):
@@ -63,11 +68,14 @@ def add_export_command(commands, run_arguments):
         "export", help="write the SavedModel (TF Serving layout), or a Hugging Face checkpoint directory"
     )
     run_arguments(export)
-    export.add_argument(
-        "--out",
-        required=True,
-        help="savedmodel: EXPORT_DIR, ending in a version number or one is added; huggingface: the directory",
+    # The name `tfam train` gives the same folder; `--out` (its run directory there) was this flag's old name.
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--export-dir",
+        help="savedmodel: the folder of the versions, or a version folder (ending in its number); huggingface: "
+        "the checkpoint directory",
     )
+    target.add_argument("--out", dest="export_dir", action=RenamedFlag, new_flag="--export-dir", help=argparse.SUPPRESS)
     export.add_argument(
         "--format",
         default="savedmodel",

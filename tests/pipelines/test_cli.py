@@ -44,7 +44,7 @@ def test_a_bad_boolean_is_a_one_line_usage_error():
         (["eval"], "the following arguments are required: run"),
         (["launch"], "argument command: invalid choice: 'launch'"),
         (
-            ["export", "runs/demo", "--out", "x", "--batch-sizes", "1,0"],
+            ["export", "runs/demo", "--export-dir", "x", "--batch-sizes", "1,0"],
             "argument --batch-sizes: must be positive integers separated by commas. Received: '1,0'",
         ),
     ],

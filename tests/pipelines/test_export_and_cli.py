@@ -148,18 +148,20 @@ def test_cli_eval_generate_and_export(trained_run, small_wikitext, tmp_path):
     # Without XLA, and with speculative decoding inside (the run drafts for itself): the first export's tokens.
     target = str(tmp_path / "exports" / "7")
     drafted = ["--draft-run", trained_run, "--num-draft-tokens", "2"]
-    assert "-> " + target in run_tfam(["export", trained_run, "--out", target, "--no-xla", *drafted]).stdout
+    assert "-> " + target in run_tfam(["export", trained_run, "--export-dir", target, "--no-xla", *drafted]).stdout
+    # `--out`, the flag's old name, still works, with a notice.
     again = run_tfam(["export", trained_run, "--out", target], check=False)
     assert again.returncode == 2 and "exists already" in again.stderr
+    assert again.stderr.splitlines()[0] == "tfam: --out is now --export-dir; the old name still works"
     request = {name: tf.constant(value) for name, value in generate_request([[3, 1, 4], [5]], [6, 9]).items()}
     first_export = os.path.join(trained_run, "export", "1")
     first, replaced = (tf.saved_model.load(path).signatures["generate"] for path in (first_export, target))
     np.testing.assert_array_equal(replaced(**request)["token_ids"], first(**request)["token_ids"])
-    lone = _one_error_line(["export", trained_run, "--out", str(tmp_path / "x"), "--num-draft-tokens", "2"])
+    lone = _one_error_line(["export", trained_run, "--export-dir", str(tmp_path / "x"), "--num-draft-tokens", "2"])
     assert lone.startswith("tfam: error: `--num-draft-tokens` sets speculative decoding, which `--draft-run` turns on")
     # The warmup requests are at the batch sizes the loop was compiled for (none without XLA: batch 1).
     assert warmup_batch_sizes(target) == {1}
-    run_tfam(["export", trained_run, "--out", target, "--overwrite", "--batch-sizes", "3,1"])
+    run_tfam(["export", trained_run, "--export-dir", target, "--overwrite", "--batch-sizes", "3,1"])
     assert os.listdir(tmp_path / "exports") == ["7"] and warmup_batch_sizes(target) == {1, 3}
 
 
@@ -175,19 +177,19 @@ def test_export_to_huggingface_writes_a_checkpoint_that_imports_as_the_run_s_mod
 
     out = str(tmp_path / "hf")
     mixed = run_tfam(
-        ["export", trained_run, "--out", out, "--format", "huggingface", "--batch-sizes", "1"], check=False
+        ["export", trained_run, "--export-dir", out, "--format", "huggingface", "--batch-sizes", "1"], check=False
     )
     assert mixed.returncode == 2 and mixed.stderr.strip().splitlines() == [
         "tfam: error: --batch-sizes set the SavedModel's decoding: not with --format huggingface"
     ]
-    result = run_tfam(["export", trained_run, "--out", out, "--format", "huggingface"])
+    result = run_tfam(["export", trained_run, "--export-dir", out, "--format", "huggingface"])
     assert result.stdout.strip().endswith("(Hugging Face)")
     assert "a word tokenizer has no Hugging Face form" in result.stderr  # the weights only, and said so
     assert {"config.json", "generation_config.json", "model.safetensors"} <= set(os.listdir(out))
     model, _ = load_run(trained_run, "best")
     ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6]], "int32")
     np.testing.assert_array_equal(from_huggingface(out)(ids).numpy(), model(ids).numpy())
-    again = run_tfam(["export", trained_run, "--out", out, "--format", "huggingface"], check=False)
+    again = run_tfam(["export", trained_run, "--export-dir", out, "--format", "huggingface"], check=False)
     assert again.returncode == 2 and "not empty; pass --overwrite" in again.stderr
 
 
@@ -236,7 +238,7 @@ def test_export_cleans_up_after_killed_exports_and_is_readable_by_all(trained_ru
     # An export killed while replacing version 3 (--overwrite) had moved it aside.
     shutil.copytree(os.path.join(trained_run, "export", "1"), exports / ".replaced-3-x1y2" / "old")
 
-    result = run_tfam(["export", trained_run, "--out", str(exports), "--batch-sizes", "1"])
+    result = run_tfam(["export", trained_run, "--export-dir", str(exports), "--batch-sizes", "1"])
     assert sorted(os.listdir(exports)) == ["3", "4"]
     version = exports / "4"
     assert os.path.isfile(version / "saved_model.pb")
@@ -326,7 +328,7 @@ def test_export_of_a_keras_file_that_is_not_a_language_model_is_one_line(tmp_pat
     inputs = keras.Input((3,))
     path = str(tmp_path / "dense.keras")
     keras.Model(inputs, keras.layers.Dense(2)(inputs)).save(path)
-    assert _one_error_line(["export", path, "--out", str(tmp_path / "export")]) == (
+    assert _one_error_line(["export", path, "--export-dir", str(tmp_path / "export")]) == (
         "tfam: error: `run` must hold a language model of keras_tfam (a decoding model of one vocabulary, as "
         f"GPT2LM or DecoderLM). Received: {path!r}, a Functional"
     )
@@ -353,7 +355,7 @@ def test_a_checkpoint_of_another_vocabulary_in_a_run_is_refused_by_every_command
     )
     for command in (
         ["generate", run, "--prompt", "the game"],
-        ["export", run, "--out", str(tmp_path / "export")],
+        ["export", run, "--export-dir", str(tmp_path / "export")],
         ["eval", run, "--data-dir", small_wikitext],
         ["generate", final, "--prompt", "the game"],
     ):
@@ -369,7 +371,7 @@ def test_generate_and_export_of_a_run_still_training_say_which_step_they_use(tra
         step = json.load(f)["step"]
     with RunLock(run):  # as `tfam train` holds it
         generated = run_tfam(["generate", run, "--prompt", "the game", "--max-new-tokens", "3"])
-        exported = run_tfam(["export", run, "--out", str(tmp_path / "export"), "--batch-sizes", "1"])
+        exported = run_tfam(["export", run, "--export-dir", str(tmp_path / "export"), "--batch-sizes", "1"])
     for result in (generated, exported):
         [line] = result.stderr.splitlines()
         assert line.startswith(f"tfam: {run} is still training (pid {os.getpid()} on ")
@@ -395,7 +397,7 @@ def test_commands_on_a_mixed_float16_run_print_no_optimizer_warning(small_wikite
     for command in (
         ["generate", run, "--prompt", "the game", "--max-new-tokens", "3"],
         ["eval", run, "--data-dir", small_wikitext],
-        ["export", run, "--out", str(tmp_path / "export"), "--batch-sizes", "1"],
+        ["export", run, "--export-dir", str(tmp_path / "export"), "--batch-sizes", "1"],
     ):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
