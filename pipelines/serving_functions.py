@@ -169,6 +169,7 @@ class ServingFunctions:
                 "its window past it). Received: {} positions.",
                 [width],
             )
+        yield width >= 1, "`token_ids` must hold at least one position. Received: {} positions.", [width]
         yield from prompt_checks(token_ids, tf.fill([rows], width), 1, self.model.vocabulary_size)
 
     def serving_default(self, token_ids):

@@ -178,6 +178,7 @@ def test_empty_batches_and_long_prompts_are_refused_in_one_line(signatures):
     assert not refused_in_one_line(lambda: generate(signatures, empty, np.zeros((0,), np.int32)), ["`token_ids`"])
     serving = signatures["serving_default"]
     assert not refused_in_one_line(lambda: serving(token_ids=tf.constant(empty)), ["`token_ids`"])
+    assert not refused_in_one_line(lambda: serving(token_ids=tf.zeros((1, 0), tf.int32)), ["`token_ids`"])
     # Past the model's context (8 positions): `serving_default` refuses, `generate` slides its window.
     assert not refused_in_one_line(lambda: serving(token_ids=tf.ones((1, 9), tf.int32)), ["token_ids"])
     assert refused_in_one_line(lambda: generate(signatures, [[1] * 9], [9]), ["token_ids"])
