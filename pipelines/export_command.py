@@ -44,10 +44,9 @@ def _export(args):
 
 
 def _export_huggingface(args):
-    if os.path.isdir(args.export_dir) and os.listdir(args.export_dir) and not args.overwrite:
-        raise FileExistsError(
-            f"{args.export_dir!r} exists and is not empty; pass --overwrite to write the export there"
-        )
+    directory = args.export_dir
+    if os.path.isdir(directory) and os.listdir(directory) and not args.overwrite:
+        raise FileExistsError(f"{directory!r} exists and is not empty; pass --overwrite to write the export there")
     model, tokenizer = load_run(args.run, args.checkpoint)
     written = None
     if tokenizer is not None and tokenizer.kind == "huggingface":
@@ -55,11 +54,9 @@ def _export_huggingface(args):
     elif tokenizer is not None and tokenizer.kind == "bpe":
         written = tokenizer
     elif tokenizer is not None:
-        notice(
-            f"a {tokenizer.kind} tokenizer has no Hugging Face form: {args.export_dir} holds the model's weights only"
-        )
-    model.save_to_huggingface(args.export_dir, tokenizer=written)
-    print(f"exported {args.run} -> {args.export_dir} (Hugging Face)")
+        notice(f"a {tokenizer.kind} tokenizer has no Hugging Face form: {directory} holds the model's weights only")
+    model.save_to_huggingface(directory, tokenizer=written)
+    print(f"exported {args.run} -> {directory} (Hugging Face)")
 
 
 def add_export_command(commands, run_arguments):
